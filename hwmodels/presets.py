@@ -1,0 +1,139 @@
+"""Load hardware presets from the TOML data files; every numeric value carries a source.
+
+A leaf is `{ value = ..., source = "..." }`; strings such as "4GiB" or "2.3GB/s" are parsed here, by the field's
+unit suffix. Machines name their parts by preset and may `set` dotted fields with their own sources.
+"""
+from __future__ import annotations
+
+import functools
+import tomllib
+from importlib import resources
+from typing import Any
+
+from hwmodels.specs import CpuSpec, GpuSpec, HostMemorySpec, LinkSpec, MachineSpec, StorageSpec
+from hwmodels.units import InputError, parse_bandwidth, parse_bytes, parse_seconds, unknown_name
+
+_PARTS = {"gpu": ("gpus.toml", GpuSpec), "link": ("links.toml", LinkSpec), "storage": ("storage.toml", StorageSpec),
+          "host_memory": ("memory.toml", HostMemorySpec), "cpu": ("cpus.toml", CpuSpec)}
+
+
+def _convert(field: str, value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _convert(field, v) for k, v in value.items()}
+    if not isinstance(value, str):
+        return value
+    if field.endswith("_bytes_per_s") or field.endswith("_bytes_per_s_per_thread"):
+        return parse_bandwidth(value, field)
+    if field.endswith("_bytes"):
+        return parse_bytes(value, field)
+    if field.endswith("_s"):
+        return parse_seconds(value, field)
+    return value
+
+
+def _leaf(field: str, raw: Any) -> tuple[Any, str | None]:
+    if isinstance(raw, dict) and "value" in raw:
+        return _convert(field, raw["value"]), raw.get("source")
+    return raw, None
+
+
+@functools.cache
+def _table(filename: str) -> dict[str, Any]:
+    with resources.files("hwmodels.data").joinpath(filename).open("rb") as fh:
+        return tomllib.load(fh)
+
+
+@functools.cache
+def _part(kind: str, name: str) -> tuple[Any, dict[str, str]]:
+    filename, cls = _PARTS[kind]
+    table = _table(filename)
+    names = [k for k in table if not k.startswith("_")]
+    if name not in names:
+        raise unknown_name(f"{kind} preset", name, names)
+    merged = {**table.get("_defaults", {}), **table[name]}
+    values, sources = {}, {}
+    for field, raw in merged.items():
+        values[field], src = _leaf(field, raw)
+        if src:
+            sources[f"{kind}.{field}"] = src
+    if kind == "link":
+        values.setdefault("name", name)
+    return cls(**values), sources
+
+
+def gpu_presets() -> dict[str, GpuSpec]:
+    return {n: _part("gpu", n)[0] for n in _table("gpus.toml") if not n.startswith("_")}
+
+
+def link_presets() -> dict[str, LinkSpec]:
+    return {n: _part("link", n)[0] for n in _table("links.toml") if not n.startswith("_")}
+
+
+def part_names(kind: str) -> list[str]:
+    return [n for n in _table(_PARTS[kind][0]) if not n.startswith("_")]
+
+
+def get_part(kind: str, name: str):
+    """A single part preset (e.g. get_part('storage', 'nvme-gen5'))."""
+    return _part(kind, name)
+
+
+def list_machines() -> list[str]:
+    return list(_table("machines.toml"))
+
+
+@functools.cache
+def _machine(name: str) -> tuple[MachineSpec, dict[str, str]]:
+    table = _table("machines.toml")
+    if name not in table:
+        raise unknown_name("machine", name, list(table))
+    entry = table[name]
+    data: dict[str, Any] = {"name": name, "description": entry.get("description", "")}
+    sources: dict[str, str] = {}
+    for kind in _PARTS:
+        spec, src = _part(kind, entry[kind])
+        data[kind] = spec.model_dump()
+        sources.update(src)
+    for path, raw in entry.get("set", {}).items():
+        kind, field = path.split(".", 1)
+        value, src = _leaf(field, raw)
+        data[kind][field] = value
+        if src:
+            sources[path] = src
+    data["sources"] = sources
+    return MachineSpec.model_validate(data), sources
+
+
+def get_machine(name: str) -> MachineSpec:
+    """A named machine preset; raises InputError naming the closest presets when unknown."""
+    return _machine(name)[0]
+
+
+def machine_sources(name: str) -> dict[str, str]:
+    return dict(_machine(name)[1])
+
+
+__all__ = ["get_machine", "list_machines", "machine_sources", "gpu_presets", "link_presets", "get_part",
+           "part_names", "InputError"]
+
+
+def load_machine(spec: str) -> MachineSpec:
+    """A preset name or the path of a machine profile JSON (written by `offloadsim calibrate`)."""
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    path = Path(spec)
+    if spec.endswith(".json") or path.is_file():
+        if not path.is_file():
+            raise InputError(f"machine: profile file {spec!r} does not exist; give a preset name or a profile path.")
+        try:
+            import json
+            data = json.loads(path.read_text())
+            return MachineSpec.model_validate(data.get("machine", data))
+        except (ValueError, ValidationError) as exc:
+            first = exc.errors()[0] if isinstance(exc, ValidationError) else None
+            where = ".".join(str(p) for p in first["loc"]) if first else "file"
+            raise InputError(f"machine: profile {spec!r} field {where!r} is invalid "
+                             f"({first['msg'] if first else exc}); re-run 'offloadsim calibrate'.") from None
+    return get_machine(spec)

@@ -1,0 +1,101 @@
+"""Frozen hardware specs. SI units inside, the unit in every field name.
+
+Each spec checks its own invariants (positive bandwidths, sane counts) when built;
+pydantic raises ValidationError, which the CLI turns into one sentence.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, NonNegativeFloat
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# Per-lane per-direction signalling after encoding, bytes per second [D]:
+# PCIe 3.0 8 GT/s 128b/130b; 4.0 16 GT/s; 5.0 32 GT/s; 6.0 64 GT/s PAM4 FLIT (~121 GB/s at x16).
+PCIE_LANE_BYTES_PER_S = {3: 8e9 * 128 / 130 / 8, 4: 16e9 * 128 / 130 / 8, 5: 32e9 * 128 / 130 / 8, 6: 121e9 / 16}
+
+
+def pcie_theoretical_bytes_per_s(generation: int, lanes: int) -> float:
+    """Theoretical per-direction PCIe rate (hpc-notes.pages.dev/reference/pcie; yduf.github.io/pcie for 6.0)."""
+    return PCIE_LANE_BYTES_PER_S[generation] * lanes
+
+
+class StorageSpec(Spec):
+    name: str = Field(description="Device name.")
+    cold_read_bytes_per_s: PositiveFloat = Field(description="Sequential read speed with the page cache empty.")
+    cache_read_bytes_per_s: PositiveFloat = Field(description="Re-read speed when the data sits in the page cache.")
+    write_bytes_per_s: PositiveFloat = Field(description="Sequential write speed.")
+    request_latency_s: NonNegativeFloat = Field(description="Fixed cost per read request (one per layer file).")
+    queue_depth: PositiveInt = Field(description="Reads the device serves at once.")
+
+
+class HostMemorySpec(Spec):
+    capacity_bytes: PositiveInt = Field(description="Installed RAM.")
+    bandwidth_bytes_per_s: PositiveFloat = Field(description="Achievable RAM bandwidth for streaming reads (all cores).")
+    memcpy_bytes_per_s: PositiveFloat = Field(description="Single-thread memcpy speed (e.g. pageable -> pinned).")
+
+
+class LinkSpec(Spec):
+    name: str = Field(description="Link name, e.g. pcie4x16.")
+    generation: int = Field(ge=3, le=6, description="PCIe generation.")
+    lanes: PositiveInt = Field(description="PCIe lanes.")
+    pinned_h2d_bytes_per_s: PositiveFloat = Field(description="Achieved host-to-device copy speed from pinned memory.")
+    pageable_h2d_bytes_per_s: PositiveFloat = Field(description="Achieved host-to-device copy speed from pageable memory.")
+    latency_s: NonNegativeFloat = Field(default=10e-6, description="Fixed cost per copy.")
+
+    @property
+    def theoretical_bytes_per_s(self) -> float:
+        return pcie_theoretical_bytes_per_s(self.generation, self.lanes)
+
+
+class GpuSpec(Spec):
+    name: str = Field(description="GPU name.")
+    year: int = Field(description="Year of release.")
+    market: str = Field(description="'consumer' or 'datacenter'.", pattern="^(consumer|datacenter)$")
+    vram_bytes: PositiveInt = Field(description="VRAM capacity.")
+    vram_bytes_per_s: PositiveFloat = Field(description="VRAM bandwidth.")
+    bf16_flops_per_s: PositiveFloat = Field(description="Dense BF16 (FP16 where no BF16) tensor FLOP/s.")
+    kernel_overhead_s: NonNegativeFloat = Field(description="Launch and scheduling overhead per kernel.")
+    pcie_generation: int = Field(ge=3, le=6, description="PCIe generation of the card.")
+    measured_h2d_bytes_per_s: PositiveFloat | None = Field(
+        default=None, description="A published pinned host-to-device measurement on this card's link, if any.")
+
+
+class CpuSpec(Spec):
+    name: str = Field(description="CPU (or CPUs) name.")
+    cores: PositiveInt = Field(description="Physical cores used for compute and unpacking.")
+    memory_bytes_per_s: PositiveFloat = Field(description="RAM bandwidth the CPU achieves in matrix-vector work.")
+    flops_per_s: PositiveFloat = Field(description="Achievable BF16 FLOP/s for matrix work (all cores).")
+    op_overhead_s: NonNegativeFloat = Field(default=20e-6, description="Overhead per operator on the CPU.")
+    unpack_bytes_per_s_per_thread: dict[str, PositiveFloat] = Field(
+        description="Lossless decode speed per thread by codec, in decoded bytes per second.")
+    unpack_threads: PositiveInt = Field(description="Threads an engine gives to unpacking.")
+
+
+class MachineSpec(Spec):
+    name: str = Field(description="Machine name.")
+    description: str = Field(default="", description="What this machine is.")
+    gpu: GpuSpec
+    link: LinkSpec
+    storage: StorageSpec
+    host_memory: HostMemorySpec
+    cpu: CpuSpec
+    sources: dict[str, str] = Field(default_factory=dict, description="Field path -> source of its value.")
+
+    def with_overrides(self, **paths: float | int | str) -> "MachineSpec":
+        """Copy with values replaced by dotted path, e.g. {'storage.cold_read_bytes_per_s': 7e9}."""
+        data = self.model_dump()
+        sources = dict(self.sources)
+        for path, value in paths.items():
+            node = data
+            *head, last = path.split(".")
+            for key in head:
+                node = node[key]
+            if last not in node:
+                raise KeyError(path)
+            node[last] = value
+            sources[path] = "user override"
+        data["sources"] = sources
+        return MachineSpec.model_validate(data)

@@ -1,0 +1,3 @@
+from offloadsim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""Argument definitions for every subcommand (argparse)."""
+from __future__ import annotations
+
+import argparse
+
+
+def _model(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="preset name, config.json path or checkpoint folder")
+    p.add_argument("--dtype", default=None, help="weight format: bf16, fp16, fp8, int8, q4_k_m or bits per weight")
+
+
+def _machine(p: argparse.ArgumentParser, required: bool = False) -> None:
+    p.add_argument("--machine", default=None if required else "rtx3080-laptop", required=required,
+                   help="machine preset name or calibrated profile JSON (default rtx3080-laptop)")
+
+
+def add_all(sub: argparse._SubParsersAction) -> None:
+    hw = sub.add_parser("hw", help="list or show hardware presets with their sources")
+    hw.add_argument("action", choices=["list", "show"])
+    hw.add_argument("name", nargs="?", help="machine name for 'show'")
+    hw.add_argument("--json", action="store_true")
+
+    info = sub.add_parser("info", help="per-unit eq. (1) time in every tier and the eq. (2) verdict")
+    _model(info)
+    _machine(info)
+    info.add_argument("--codec-ratio", type=float, default=0.70, help="stored/raw size of the codec (default 0.70)")
+    info.add_argument("--unpack-speed", default=None, help="total unpack speed, e.g. 4GB/s (default: machine's CPU)")
+    info.add_argument("--json", action="store_true")
+
+    gap = sub.add_parser("gap", help="VRAM bandwidth over host-link bandwidth per GPU generation")
+    gap.add_argument("--json", action="store_true")
+
+    try:
+        from offloadsim.args_sim import add_sim
+        add_sim(sub, _model, _machine)
+    except ImportError:
+        pass

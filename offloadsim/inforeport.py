@@ -1,0 +1,78 @@
+"""`offloadsim info`: eq. (1) per unit and tier, cold and warm, and the eq. (2) verdict."""
+from __future__ import annotations
+
+from hwmodels.specs import MachineSpec
+from sim.equations import TIERS, Codec, compression_pays, t_prep
+from sim.shapes import ModelShape
+
+
+def info(model: ModelShape, machine: MachineSpec, codec: Codec) -> dict:
+    layers = []
+    totals = {t: 0.0 for t in TIERS}
+    totals_warm = {t: 0.0 for t in TIERS}
+    for u in model.units:
+        cold = {t: t_prep(u.nbytes, t, machine, warm=False, codec=codec) for t in TIERS}
+        warm = {t: t_prep(u.nbytes, t, machine, warm=True, codec=codec) for t in TIERS}
+        raw_read = cold["disk_raw"].read_s
+        layers.append({
+            "name": u.name, "kind": u.kind, "block": u.block, "nbytes": u.nbytes, "params": u.params,
+            "t_prep_s": {t: p.total_s for t, p in cold.items()},
+            "t_prep_warm_s": {t: p.total_s for t, p in warm.items()},
+            "read_cold_s": raw_read, "read_warm_s": warm["disk_raw"].read_s, "copy_s": cold["ram_pinned"].copy_s,
+            "unpack_s": cold["disk_compressed"].unpack_s,
+            "compression_pays": compression_pays(u.nbytes, u.nbytes * codec.ratio, machine.storage.cold_read_bytes_per_s,
+                                                 cold["disk_compressed"].unpack_s),
+            "compression_pays_warm": compression_pays(u.nbytes, u.nbytes * codec.ratio,
+                                                      machine.storage.cache_read_bytes_per_s, warm["disk_compressed"].unpack_s),
+        })
+        for t in TIERS:
+            totals[t] += cold[t].total_s
+            totals_warm[t] += warm[t].total_s
+    total = model.total_bytes
+    return {
+        "model": model.name, "machine": machine.name, "weight_format": model.weight_format.name,
+        "total_params": model.total_params, "total_bytes": total, "units": len(model.units),
+        "codec": codec.model_dump(),
+        "total_t_prep_s": totals, "total_t_prep_warm_s": totals_warm,
+        "total_read_cold_s": sum(layer["read_cold_s"] for layer in layers),
+        "total_copy_s": sum(layer["copy_s"] for layer in layers),
+        "total_copy_theoretical_s": total / machine.link.theoretical_bytes_per_s,
+        "layers": layers,
+    }
+
+
+def _collapse(layers: list[dict]) -> list[tuple[dict, int]]:
+    """Consecutive units of one kind, block and size print as one row with a count."""
+    rows: list[tuple[dict, int]] = []
+    for layer in layers:
+        if rows and rows[-1][0]["kind"] == layer["kind"] == "expert" and rows[-1][0]["block"] == layer["block"] \
+                and rows[-1][0]["nbytes"] == layer["nbytes"]:
+            rows[-1] = (rows[-1][0], rows[-1][1] + 1)
+        else:
+            rows.append((layer, 1))
+    return rows
+
+
+def format_info(rep: dict) -> str:
+    cols = ["ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed"]
+    head = (f"{rep['model']} ({rep['weight_format']}, {rep['total_params'] / 1e9:.3f} B params, "
+            f"{rep['total_bytes'] / 1e9:.2f} GB) on {rep['machine']}; codec {rep['codec']['name']} ratio "
+            f"{rep['codec']['ratio']:.2f} at {rep['codec']['unpack_bytes_per_s'] / 1e9:.2f} GB/s\n"
+            "eq. (1) seconds until ready in VRAM, per unit; disk tiers cold / warm (page cache)\n")
+    lines = [f"{'unit':<52} {'kind':<13} {'MB':>9} " + " ".join(f"{c:>13}" for c in cols[:3])
+             + f" {'disk_raw c/w':>17} {'disk_cmp c/w':>17} {'eq2 c/w':>8}"]
+    for layer, n in _collapse(rep["layers"]):
+        name = layer["name"] + (f" (x{n})" if n > 1 else "")
+        tp, tw = layer["t_prep_s"], layer["t_prep_warm_s"]
+        verdict = ("yes" if layer["compression_pays"] else "no") + "/" + ("yes" if layer["compression_pays_warm"] else "no")
+        lines.append(f"{name[:52]:<52} {layer['kind']:<13} {layer['nbytes'] / 1e6:9.1f} "
+                     + " ".join(f"{tp[c]:13.4f}" for c in cols[:3])
+                     + f" {tp['disk_raw']:8.4f}/{tw['disk_raw']:8.4f} {tp['disk_compressed']:8.4f}/{tw['disk_compressed']:8.4f}"
+                     f" {verdict:>8}")
+    t, tw = rep["total_t_prep_s"], rep["total_t_prep_warm_s"]
+    lines.append(f"{'TOTAL':<52} {'':<13} {rep['total_bytes'] / 1e6:9.1f} " + " ".join(f"{t[c]:13.3f}" for c in cols[:3])
+                 + f" {t['disk_raw']:8.3f}/{tw['disk_raw']:8.3f} {t['disk_compressed']:8.3f}/{tw['disk_compressed']:8.3f}")
+    lines.append(f"whole model: read from disk cold {rep['total_read_cold_s']:.2f} s; copy over the link "
+                 f"{rep['total_copy_s']:.2f} s at the achieved pinned rate, {rep['total_copy_theoretical_s']:.2f} s at "
+                 "the theoretical rate")
+    return head + "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Workload models, equations, the SimPy timeline, the fast evaluator, traces and analysis."""

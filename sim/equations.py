@@ -1,0 +1,87 @@
+"""The two equations of DESIGN.md and the roofline compute time, as pure functions. SI units.
+
+(1) t_prep = S_disk / b_disk + t_unpack + S / b_pcie   (plus fixed per-request latencies, zero on toy hardware)
+(2) compression pays when (S - S_disk) / b_disk > t_unpack
+"""
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+
+from hwmodels.specs import MachineSpec
+from hwmodels.units import InputError
+
+Tier = Literal["vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed"]
+TIERS: tuple[str, ...] = ("vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed")
+
+
+class Codec(BaseModel):
+    """A lossless codec: stored/raw size ratio and total decode speed (decoded bytes per second)."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(default="zstd", description="Codec name.")
+    ratio: float = Field(default=0.70, gt=0, le=1.0,
+                         description="Stored bytes over raw bytes; 0.69-0.71 for byte-plane zstd on BF16 (peer-engines.md).")
+    unpack_bytes_per_s: PositiveFloat = Field(description="Decode speed of all unpack threads together.")
+
+
+def machine_codec(machine: MachineSpec, name: str = "zstd", ratio: float = 0.70, threads: int | None = None) -> Codec:
+    """The machine's codec: per-thread speed from its CPU preset times the unpack threads."""
+    per_thread = machine.cpu.unpack_bytes_per_s_per_thread.get(name)
+    if per_thread is None:
+        raise InputError(f"codec: machine {machine.name!r} has no unpack speed for {name!r}; "
+                         f"use one of {', '.join(machine.cpu.unpack_bytes_per_s_per_thread)} or give --unpack-speed.")
+    return Codec(name=name, ratio=ratio, unpack_bytes_per_s=per_thread * (threads or machine.cpu.unpack_threads))
+
+
+class PrepTime(NamedTuple):
+    read_s: float
+    unpack_s: float
+    copy_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.read_s + self.unpack_s + self.copy_s
+
+
+def read_time_s(stored_nbytes: float, machine: MachineSpec, warm: bool) -> float:
+    """One request from storage: latency plus bytes over the cold or page-cache speed."""
+    st = machine.storage
+    return st.request_latency_s + stored_nbytes / (st.cache_read_bytes_per_s if warm else st.cold_read_bytes_per_s)
+
+
+def copy_time_s(nbytes: float, machine: MachineSpec, pinned: bool = True) -> float:
+    """One host-to-device copy from pinned or pageable memory."""
+    link = machine.link
+    return link.latency_s + nbytes / (link.pinned_h2d_bytes_per_s if pinned else link.pageable_h2d_bytes_per_s)
+
+
+def t_prep(nbytes: float, tier: str, machine: MachineSpec, *, warm: bool = False, codec: Codec | None = None,
+           pinned: bool = True) -> PrepTime:
+    """Eq. (1): time until a weight of `nbytes` (unpacked) stored in `tier` is ready in VRAM, by stage.
+
+    warm: disk reads hit the page cache. pinned: host buffers are pinned (else pageable copy speed).
+    Raises InputError for an unknown tier or a compressed tier without a codec.
+    """
+    if tier not in TIERS:
+        raise InputError(f"tier: unknown tier {tier!r}; use one of {', '.join(TIERS)}.")
+    if tier == "vram":
+        return PrepTime(0.0, 0.0, 0.0)
+    compressed = tier.endswith("compressed")
+    if compressed and codec is None:
+        raise InputError(f"codec: tier {tier!r} needs a codec; give --codec-ratio and --unpack-speed.")
+    stored = nbytes * codec.ratio if compressed else nbytes
+    read = read_time_s(stored, machine, warm) if tier.startswith("disk") else 0.0
+    unpack = nbytes / codec.unpack_bytes_per_s if compressed else 0.0
+    copy = copy_time_s(nbytes, machine, pinned=pinned and tier != "ram_pageable")
+    return PrepTime(read, unpack, copy)
+
+
+def compression_pays(nbytes: float, stored_nbytes: float, read_bytes_per_s: float, unpack_s: float) -> bool:
+    """Eq. (2): compression shortens the time to a ready weight iff the read time saved exceeds the unpack time."""
+    return (nbytes - stored_nbytes) / read_bytes_per_s > unpack_s
+
+
+def roofline_s(flops: float, nbytes: float, flops_per_s: float, bytes_per_s: float, overhead_s: float = 0.0) -> float:
+    """Compute time: the larger of FLOPs over peak and bytes over bandwidth, plus a fixed overhead."""
+    return max(flops / flops_per_s, nbytes / bytes_per_s) + overhead_s

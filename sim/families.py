@@ -1,0 +1,189 @@
+"""Hugging Face config.json -> ModelShape for the Llama, Mistral, Qwen2/Qwen3 (dense and MoE), Mixtral, OPT and
+DeepSeek-V2/V3 families. A registry maps model_type to a builder; unknown types are refused with the list.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from hwmodels.units import InputError
+from sim.formats import WeightFormat, parse_format
+from sim.shapes import ModelShape, UnitShape, make_unit
+
+KV_BYTES = 2  # 16-bit KV cache
+BUILDERS: dict[str, Callable[[dict, WeightFormat, str], ModelShape]] = {}
+
+
+def register(*model_types: str):
+    def deco(fn):
+        for t in model_types:
+            BUILDERS[t] = fn
+        return fn
+    return deco
+
+
+class _Cfg:
+    """Typed access to config.json fields with one-sentence errors."""
+
+    def __init__(self, cfg: dict, source: str):
+        self.cfg, self.source = cfg, source
+
+    def int(self, key: str, default: Any = ...) -> int:
+        value = self.cfg.get(key, default)
+        if value is ... or value is None:
+            if default is ...:
+                raise InputError(f"{self.source}: field {key!r} is missing for model_type "
+                                 f"{self.cfg.get('model_type')!r}; add it as in the model's original config.json.")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f"{self.source}: field {key!r} is {value!r}; it must be a non-negative integer.")
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.cfg.get(key, default)
+
+
+def _head(c: _Cfg, fmt: WeightFormat, h: int, vocab: int, n_blocks: int, tied: bool, norm_params: int,
+          embed_modules=("model.embed_tokens",), head_modules=("model.norm", "lm_head"), extra_embed: int = 0):
+    emb = make_unit(fmt, name=embed_modules[0], kind="embedding", block=-1, modules=embed_modules,
+                    matrix_params=vocab * h + extra_embed, flop_params=0, hidden=h)
+    head = make_unit(fmt, name="lm_head", kind="lm_head", block=n_blocks, modules=head_modules,
+                     matrix_params=vocab * h, small_params=norm_params, hidden=h)
+    if tied:  # the head reuses the embedding matrix: its bytes must still reach the GPU, its params count once
+        head = head.model_copy(update={"matrix_params": 0, "tied_nbytes": fmt.matrix_nbytes(vocab * h)})
+    return emb, head
+
+
+def _gqa_attention(c: _Cfg, h: int, qkv_bias: bool, qk_norm: bool) -> tuple[int, int, int, int]:
+    """(matrix params, small params, attn FLOPs per context token, KV bytes per token)."""
+    n_h = c.int("num_attention_heads")
+    n_kv = c.int("num_key_value_heads", n_h)
+    d = c.int("head_dim", h // n_h) if c.get("head_dim") else h // n_h
+    matrix = h * (n_h + 2 * n_kv) * d + n_h * d * h
+    small = 2 * h + ((n_h + 2 * n_kv) * d if qkv_bias else 0) + (2 * d if qk_norm else 0)
+    return matrix, small, 4 * n_h * d, 2 * n_kv * d * KV_BYTES
+
+
+@register("llama", "mistral", "qwen2", "qwen3")
+def _dense(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
+    c = _Cfg(cfg, source)
+    t = cfg["model_type"]
+    h, n_layers, inter, vocab = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("intermediate_size"), c.int("vocab_size")
+    a_mat, a_small, a_flops, kv = _gqa_attention(c, h, qkv_bias=(t == "qwen2") or bool(cfg.get("attention_bias")),
+                                                 qk_norm=(t == "qwen3"))
+    emb, head = _head(c, fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
+    units = [emb]
+    for i in range(n_layers):
+        units.append(make_unit(fmt, name=f"model.layers.{i}", kind="decoder", block=i, modules=(f"model.layers.{i}",),
+                               matrix_params=a_mat + 3 * h * inter, small_params=a_small, attn_flops_per_ctx_token=a_flops,
+                               kv_bytes_per_token=kv, hidden=h))
+    return ModelShape(name=cfg.get("_name_or_path") or t, family=t, weight_format=fmt, n_blocks=n_layers, hidden=h,
+                      vocab=vocab, units=tuple(units + [head]))
+
+
+def _moe_block(fmt, i, h, prefix, n_experts, expert_inter, a_mat, a_small, a_flops, kv, router_small, n_shared=0,
+               shared_inter=0, dense_inter=0) -> list[UnitShape]:
+    """A MoE block: attention (+norms, router) as one unit, each routed expert, the shared experts."""
+    gate = n_experts * h
+    if dense_inter:
+        return [make_unit(fmt, name=f"model.layers.{i}", kind="decoder", block=i, modules=(f"model.layers.{i}",),
+                          matrix_params=a_mat + 3 * h * dense_inter, small_params=a_small,
+                          attn_flops_per_ctx_token=a_flops, kv_bytes_per_token=kv, hidden=h)]
+    out = [make_unit(fmt, name=f"model.layers.{i}", kind="attention", block=i, modules=(f"model.layers.{i}",),
+                     matrix_params=a_mat, small_params=a_small + gate + router_small, attn_flops_per_ctx_token=a_flops,
+                     kv_bytes_per_token=kv, hidden=h, flop_params=a_mat + gate)]
+    for e in range(n_experts):
+        name = f"{prefix.format(i=i)}.experts.{e}"
+        out.append(make_unit(fmt, name=name, kind="expert", block=i, expert=e, modules=(name,),
+                             matrix_params=3 * h * expert_inter, hidden=h))
+    if n_shared:
+        name = f"{prefix.format(i=i)}.shared_experts"
+        out.append(make_unit(fmt, name=name, kind="shared-expert", block=i, modules=(name,),
+                             matrix_params=3 * h * shared_inter * n_shared, hidden=h))
+    return out
+
+
+@register("mixtral", "qwen3_moe", "qwen2_moe")
+def _moe_gqa(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
+    c = _Cfg(cfg, source)
+    t = cfg["model_type"]
+    h, n_layers, vocab = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("vocab_size")
+    if t == "mixtral":
+        n_exp, topk, e_inter, prefix = c.int("num_local_experts"), c.int("num_experts_per_tok"), c.int("intermediate_size"), "model.layers.{i}.block_sparse_moe"
+    else:
+        n_exp, topk, e_inter, prefix = c.int("num_experts"), c.int("num_experts_per_tok"), c.int("moe_intermediate_size"), "model.layers.{i}.mlp"
+    a_mat, a_small, a_flops, kv = _gqa_attention(c, h, qkv_bias=(t == "qwen2_moe"), qk_norm=(t == "qwen3_moe"))
+    emb, head = _head(c, fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
+    units = [emb]
+    for i in range(n_layers):
+        units += _moe_block(fmt, i, h, prefix, n_exp, e_inter, a_mat, a_small, a_flops, kv, 0)
+    return ModelShape(name=cfg.get("_name_or_path") or t, family=t, weight_format=fmt, n_blocks=n_layers, hidden=h,
+                      vocab=vocab, n_routed_experts=n_exp, experts_per_token=topk, units=tuple(units + [head]))
+
+
+@register("deepseek_v3", "deepseek_v2")
+def _deepseek(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
+    c = _Cfg(cfg, source)
+    h, n_layers, vocab = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("vocab_size")
+    n_h, q_lora, kv_lora = c.int("num_attention_heads"), c.int("q_lora_rank", 0), c.int("kv_lora_rank")
+    nope, rope, v_dim = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
+    qk = nope + rope
+    q_mat = (h * q_lora + q_lora * n_h * qk) if q_lora else h * n_h * qk
+    a_mat = q_mat + h * (kv_lora + rope) + kv_lora * n_h * (nope + v_dim) + n_h * v_dim * h
+    a_small = (q_lora if q_lora else 0) + kv_lora + 2 * h
+    a_flops = 2 * n_h * (qk + v_dim)
+    kv = (kv_lora + rope) * KV_BYTES  # compressed latent cache (MLA)
+    n_exp, topk = c.int("n_routed_experts"), c.int("num_experts_per_tok")
+    dense_layers, freq = c.int("first_k_dense_replace", 0), c.int("moe_layer_freq", 1)
+    router_bias = n_exp if cfg.get("model_type") == "deepseek_v3" else 0
+    emb, head = _head(c, fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
+    units = [emb]
+    for i in range(n_layers):
+        dense = i < dense_layers or (i % max(freq, 1) != 0)
+        units += _moe_block(fmt, i, h, "model.layers.{i}.mlp", n_exp, c.int("moe_intermediate_size"), a_mat, a_small,
+                            a_flops, kv, router_bias, n_shared=c.int("n_shared_experts", 0),
+                            shared_inter=c.int("moe_intermediate_size"),
+                            dense_inter=c.int("intermediate_size") if dense else 0)
+    return ModelShape(name=cfg.get("_name_or_path") or cfg["model_type"], family=cfg["model_type"], weight_format=fmt,
+                      n_blocks=n_layers, hidden=h, vocab=vocab, n_routed_experts=n_exp, experts_per_token=topk,
+                      units=tuple(units + [head]))
+
+
+@register("opt")
+def _opt(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
+    c = _Cfg(cfg, source)
+    h, n_layers, ffn, vocab = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("ffn_dim"), c.int("vocab_size")
+    n_h = c.int("num_attention_heads")
+    if c.int("word_embed_proj_dim", h) != h:
+        raise InputError(f"{source}: word_embed_proj_dim {cfg['word_embed_proj_dim']} differs from hidden_size {h}; "
+                         "OPT-350m's projections are not supported, use another OPT size.")
+    positions = c.int("max_position_embeddings") + 2  # OPT's learned positions carry an offset of 2
+    emb, head = _head(c, fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", True)), 2 * h,
+                      embed_modules=("model.decoder.embed_tokens", "model.decoder.embed_positions"),
+                      head_modules=("model.decoder.final_layer_norm", "lm_head"), extra_embed=positions * h)
+    units = [emb]
+    for i in range(n_layers):
+        name = f"model.decoder.layers.{i}"
+        units.append(make_unit(fmt, name=name, kind="decoder", block=i, modules=(name,),
+                               matrix_params=4 * h * h + 2 * h * ffn, small_params=4 * h + ffn + h + 4 * h,
+                               attn_flops_per_ctx_token=4 * h, kv_bytes_per_token=2 * h * KV_BYTES, hidden=h))
+    return ModelShape(name=cfg.get("_name_or_path") or "opt", family="opt", weight_format=fmt, n_blocks=n_layers,
+                      hidden=h, vocab=vocab, units=tuple(units + [head]))
+
+
+def default_format(cfg: dict) -> WeightFormat:
+    """The checkpoint's native format: FP8 when quantization_config says so, else torch_dtype (bf16 by default)."""
+    q = cfg.get("quantization_config") or {}
+    if q.get("quant_method") == "fp8":
+        return parse_format("fp8")
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    return parse_format({"float16": "fp16", "half": "fp16"}.get(dtype, "bf16"))
+
+
+def shape_from_config(cfg: dict, fmt: WeightFormat | None = None, source: str = "config.json") -> ModelShape:
+    """Build a ModelShape from a parsed config.json; raises InputError naming the field and the fix."""
+    if not isinstance(cfg, dict):
+        raise InputError(f"{source}: expected a JSON object with model_type and sizes; got {type(cfg).__name__}.")
+    t = cfg.get("model_type")
+    if t not in BUILDERS:
+        raise InputError(f"{source}: model_type {t!r} is not supported; supported: {', '.join(sorted(BUILDERS))}.")
+    return BUILDERS[t](cfg, fmt or default_format(cfg), source)

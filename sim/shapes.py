@@ -1,0 +1,104 @@
+"""Frozen model shapes: the units that are stored, streamed and computed (a decoder layer, an expert, ...).
+
+FLOPs and bytes touched are pure functions of a unit and a workload step (batch B, new tokens S, context K).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+
+from sim.formats import SMALL_PARAM_BYTES, WeightFormat
+
+UnitKind = Literal["embedding", "decoder", "attention", "mlp", "expert", "shared-expert", "norm", "lm_head"]
+
+# Kernel launches per unit in an eager PyTorch forward (HF modeling code); decides decode overhead.
+LAUNCHES = {"embedding": 1, "decoder": 40, "attention": 26, "mlp": 8, "expert": 5, "shared-expert": 5,
+            "norm": 6, "lm_head": 8}
+
+
+class UnitShape(BaseModel):
+    """One unit of placement: stored, moved and computed as a whole."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(description="Unit name; also the module prefix of its tensors.")
+    kind: UnitKind
+    block: int = Field(description="Decoder block index; -1 for the embedding, n_blocks for the head.")
+    expert: int | None = Field(default=None, description="Routed expert index inside its block, if any.")
+    modules: tuple[str, ...] = Field(description="Module name prefixes whose tensors belong to this unit.")
+    matrix_params: NonNegativeInt = Field(description="Parameters in weight matrices (quantizable).")
+    small_params: NonNegativeInt = Field(default=0, description="Norm, bias and router-bias parameters (16-bit).")
+    nbytes: NonNegativeInt = Field(description="Stored bytes in the model's weight format.")
+    flop_params: NonNegativeInt = Field(description="Parameters multiplied per token (2 FLOPs each).")
+    attn_flops_per_ctx_token: NonNegativeInt = Field(default=0, description="Score+value FLOPs per query per context token.")
+    kv_bytes_per_token: NonNegativeInt = Field(default=0, description="KV-cache bytes added per token (16-bit cache).")
+    hidden: int = Field(description="Hidden size (activation bytes per token = 2*hidden).")
+    tied_nbytes: NonNegativeInt = Field(default=0, description="Bytes shared with another unit (tied embeddings), counted once in totals.")
+    launches: int = Field(description="Kernel launches per forward.")
+
+    @property
+    def params(self) -> int:
+        return self.matrix_params + self.small_params
+
+    def flops(self, batch: int, new_tokens: int, context: int) -> float:
+        """FLOPs for B sequences each adding S tokens to a cache holding K tokens (K = 0 for a fresh prompt)."""
+        tokens = batch * new_tokens
+        attn = self.attn_flops_per_ctx_token * batch * (new_tokens * context + new_tokens * (new_tokens + 1) / 2)
+        return 2.0 * self.flop_params * tokens + attn
+
+    def bytes_touched(self, batch: int, new_tokens: int, context: int) -> float:
+        """Bytes read or written: weights (lookup rows for an embedding), KV cache, activations."""
+        tokens = batch * new_tokens
+        weights = tokens * self.hidden * SMALL_PARAM_BYTES if self.kind == "embedding" else self.nbytes
+        kv = self.kv_bytes_per_token * batch * (context + new_tokens)
+        return weights + kv + 4.0 * tokens * self.hidden
+
+
+class ModelShape(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    family: str = Field(description="config.json model_type.")
+    weight_format: WeightFormat
+    n_blocks: int
+    hidden: int
+    vocab: int
+    n_routed_experts: int = 0
+    experts_per_token: int = 0
+    units: tuple[UnitShape, ...]
+
+    @property
+    def total_params(self) -> int:
+        return sum(u.params for u in self.units)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes stored once (tied matrices counted once)."""
+        return sum(u.nbytes - u.tied_nbytes for u in self.units)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return sum(u.kv_bytes_per_token for u in self.units)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0
+
+    def active_params(self) -> int:
+        """Parameters used per token (routed experts counted top-k of n)."""
+        routed = sum(u.params for u in self.units if u.expert is not None)
+        rest = sum(u.params for u in self.units if u.expert is None)
+        share = self.experts_per_token / self.n_routed_experts if self.n_routed_experts else 0
+        return int(rest + routed * share)
+
+    def unit(self, name: str) -> UnitShape:
+        for u in self.units:
+            if u.name == name:
+                return u
+        raise KeyError(name)
+
+
+def make_unit(fmt: WeightFormat, *, matrix_params: int, small_params: int = 0, **kw) -> UnitShape:
+    """Build a unit, computing its stored bytes from the weight format."""
+    kw.setdefault("launches", LAUNCHES[kw["kind"]])
+    kw.setdefault("flop_params", matrix_params)
+    nbytes = fmt.matrix_nbytes(matrix_params) + SMALL_PARAM_BYTES * small_params
+    return UnitShape(matrix_params=matrix_params, small_params=small_params, nbytes=nbytes, **kw)

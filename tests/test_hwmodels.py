@@ -1,0 +1,97 @@
+"""Hardware presets: every numeric value has a source; units parse at the edges; the gap table."""
+import pytest
+from pydantic import ValidationError
+
+from hwmodels import get_machine, list_machines, machine_sources, parse_bandwidth, parse_bytes, parse_link
+from hwmodels.presets import get_part, part_names
+from hwmodels.specs import StorageSpec, pcie_theoretical_bytes_per_s
+from hwmodels.units import InputError
+from offloadsim.hwreport import gap_rows
+
+
+def test_units_parse_si_and_binary():
+    assert parse_bytes("4GiB") == 4 * 2**30
+    assert parse_bytes("24GB") == 24_000_000_000
+    assert parse_bandwidth("2.3GB/s") == pytest.approx(2.3e9)
+    assert parse_link("pcie4x16") == (4, 16)
+    assert parse_link("pcie5") == (5, 16)
+
+
+@pytest.mark.parametrize("fn, text, match", [
+    (parse_bytes, "four gigs", "cannot read 'four gigs' as a size"),
+    (parse_bandwidth, "0GB/s", "must be positive"),
+    (parse_bandwidth, "-1GB/s", "cannot read|must be positive"),
+    (parse_link, "pcie9", "cannot read 'pcie9'"),
+])
+def test_units_reject_bad_input(fn, text, match):
+    with pytest.raises(InputError, match=match):
+        fn(text)
+
+
+def test_spec_rejects_zero_bandwidth():
+    with pytest.raises(ValidationError):
+        StorageSpec(name="x", cold_read_bytes_per_s=0, cache_read_bytes_per_s=1, write_bytes_per_s=1,
+                    request_latency_s=0, queue_depth=1)
+
+
+def test_required_machines_exist():
+    assert {"rtx3080-laptop", "xeon-4090", "desktop-4090", "t4-cloud", "h200-testbox"} <= set(list_machines())
+
+
+@pytest.mark.parametrize("name", list_machines())
+def test_every_numeric_machine_value_has_a_source(name):
+    m = get_machine(name)
+    sources = machine_sources(name)
+    for part in ("gpu", "link", "storage", "host_memory", "cpu"):
+        for field, value in getattr(m, part).model_dump().items():
+            if isinstance(value, (int, float, dict)) and not isinstance(value, bool) and value is not None:
+                assert sources.get(f"{part}.{field}"), f"{name}: {part}.{field} has no source"
+
+
+@pytest.mark.parametrize("kind", ["gpu", "link", "storage", "host_memory", "cpu"])
+def test_every_part_preset_value_has_a_source(kind):
+    for name in part_names(kind):
+        spec, sources = get_part(kind, name)
+        for field, value in spec.model_dump().items():
+            if isinstance(value, (int, float, dict)) and not isinstance(value, bool) and value is not None:
+                assert sources.get(f"{kind}.{field}"), f"{kind} {name}: {field} has no source"
+
+
+def test_required_gpus_and_storage_present():
+    gpus = set(part_names("gpu"))
+    assert {"t4", "v100", "rtx3080-laptop", "rtx3090", "rtx4090", "rtx5090", "a100-40gb", "a100-80gb", "h100-sxm",
+            "h100-pcie", "h200", "b200", "l4", "a10", "p100", "gtx1080"} <= gpus
+    assert {"sata", "nvme-gen3", "nvme-gen4", "nvme-gen5", "raid0-4x-gen4"} <= set(part_names("storage"))
+    assert {"pcie3x16", "pcie4x16", "pcie5x16", "pcie6x16"} <= set(part_names("link"))
+
+
+def test_pcie_theoretical_rates():
+    assert pcie_theoretical_bytes_per_s(3, 16) == pytest.approx(15.75e9, rel=1e-3)
+    assert pcie_theoretical_bytes_per_s(4, 16) == pytest.approx(31.5e9, rel=1e-3)
+    assert pcie_theoretical_bytes_per_s(5, 16) == pytest.approx(63.0e9, rel=1e-3)
+
+
+# The ratio table of hardware-facts.md: GPU -> (x theoretical, x measured)
+FACTS = {"gtx1080": (20, 26), "p100": (46, 60), "rtx3090": (30, 37), "a100-80gb": (65, 81), "rtx4090": (32, 42),
+         "h100-sxm": (53, 60), "h200": (76, 86), "rtx5090": (28, 32), "b200": (127, None)}
+
+
+def test_gap_reproduces_hardware_facts_table():
+    rows = {r["gpu"]: r for r in gap_rows()}
+    for gpu, (theor, meas) in FACTS.items():
+        assert abs(rows[gpu]["ratio_theoretical"] - theor) <= 1.0, gpu
+        if meas is None:
+            assert rows[gpu]["ratio_measured"] is None
+        else:
+            assert abs(rows[gpu]["ratio_measured"] - meas) <= 1.5, gpu
+
+
+def test_unknown_machine_suggests():
+    with pytest.raises(InputError, match="did you mean.*rtx3080-laptop"):
+        get_machine("rtx3080-laptp")
+
+
+def test_override_keeps_source_trail():
+    m = get_machine("desktop-4090").with_overrides(**{"storage.cold_read_bytes_per_s": 14.5e9})
+    assert m.storage.cold_read_bytes_per_s == 14.5e9
+    assert m.sources["storage.cold_read_bytes_per_s"] == "user override"
