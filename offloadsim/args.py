@@ -30,8 +30,5 @@ def add_all(sub: argparse._SubParsersAction) -> None:
     gap = sub.add_parser("gap", help="VRAM bandwidth over host-link bandwidth per GPU generation")
     gap.add_argument("--json", action="store_true")
 
-    try:
-        from offloadsim.args_sim import add_sim
-        add_sim(sub, _model, _machine)
-    except ImportError:
-        pass
+    from offloadsim.args_sim import add_sim
+    add_sim(sub, _model, _machine)

@@ -1,0 +1,74 @@
+"""Handler of `offloadsim simulate`."""
+from __future__ import annotations
+
+import argparse
+
+from hwmodels.presets import load_machine
+from hwmodels.units import InputError, parse_bytes
+from offloadsim.cli import command, emit
+from offloadsim.commands import resolve_model
+from sim.attribution import stall_attribution
+from sim.critical import critical_path, path_breakdown
+from sim.events import write_chrome_trace
+from sim.plan import Budgets, Plan, Workload
+from sim.policies import get_policy
+from sim.simulate import simulate
+
+
+def resolve_workload(args: argparse.Namespace) -> Workload:
+    for field in ("batch", "prompt_tokens", "new_tokens"):
+        if getattr(args, field) < 1:
+            raise InputError(f"{field.replace('_', '-')}: {getattr(args, field)} must be at least 1.")
+    return Workload(batch=args.batch, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, warm=args.warm,
+                    expert_skew=args.expert_skew, seed=args.seed)
+
+
+def resolve_budgets(args: argparse.Namespace, machine) -> Budgets:
+    return Budgets.of(machine, vram=parse_bytes(args.vram, "vram") if args.vram else None,
+                      ram=parse_bytes(args.ram, "ram") if args.ram else None,
+                      pinned=parse_bytes(args.pinned, "pinned") if args.pinned else None)
+
+
+def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
+    GiB = 2**30
+    lines = [f"{plan.model} on {plan.machine}, policy {plan.policy}: prefetch {plan.prefetch_depth}, "
+             f"{plan.vram_slots} VRAM slots, copy overlap {'on' if plan.overlap_copy else 'off'}",
+             f"time to first token  {s['ttft_s']:10.4f} s",
+             f"time per token       {s['time_per_token_s']:10.4f} s   ({s['tokens_per_s']:.3f} tokens/s)",
+             f"stall (GPU waiting)  {s['stall_s']:10.4f} s in all, {s['stall_per_token_s']:.4f} s per decode token",
+             "stall by cause       " + ", ".join(f"{k} {v:.3f} s" for k, v in sorted(s["stall_by_cause_s"].items(), key=lambda kv: -kv[1])),
+             "busy fraction        " + ", ".join(f"{k} {v:.0%}" for k, v in s["busy_fraction"].items()),
+             f"memory               VRAM {s['peak_vram_bytes'] / GiB:.2f} GiB, pinned {s['peak_pinned_bytes'] / GiB:.2f} GiB, "
+             f"RAM {s['peak_ram_bytes'] / GiB:.2f} GiB, page cache {s['page_cache_bytes'] / GiB:.2f} GiB "
+             f"({s['page_cache_hits']} hits, {s['page_cache_misses']} misses)",
+             "critical path        " + ", ".join(f"{k} {v:.3f} s" for k, v in sorted(crit.items(), key=lambda kv: -kv[1])),
+             f"events               {s['events']}"]
+    if attrib:
+        lines.append("if resident (time per token saved):")
+        lines += [f"  {a['unit']:<44} {a['tier']:<13} {a['gain_s']:8.4f} s" for a in attrib]
+    return "\n".join(lines)
+
+
+@command("simulate")
+def simulate_cmd(args: argparse.Namespace) -> int:
+    machine = load_machine(args.machine)
+    model = resolve_model(args)
+    w = resolve_workload(args)
+    budgets = resolve_budgets(args, machine)
+    plan = Plan.load(args.plan) if args.plan else get_policy(args.policy or "stream")(model, machine, w, budgets)
+    res = simulate(model, machine, plan, w, budgets)
+    events = list(res.events)
+    path = critical_path(events, plan.prefetch_depth)
+    crit = path_breakdown(path)
+    attrib = [a for a in stall_attribution(model, machine, plan, w)[: args.attribution] if a["gain_s"] > 0] \
+        if args.attribution and plan.reader_threads == 1 else []
+    if args.gantt:
+        from sim.plots import gantt
+        last = max(0, w.new_tokens - 3)
+        gantt(events, args.gantt, f"{model.name} on {machine.name}, {plan.policy}, tokens {last}-{w.new_tokens - 1}",
+              tokens=(last, w.new_tokens - 1), critical=path)
+    if args.trace:
+        write_chrome_trace(events, args.trace, f"{model.name} {plan.policy}")
+    data = dict(res.summary, policy=plan.policy, model=model.name, machine=machine.name, critical_path_s=crit,
+                stall_attribution=attrib)
+    return emit(args, data, _fmt(res.summary, plan, crit, attrib))

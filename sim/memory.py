@@ -1,0 +1,107 @@
+"""Memory accounting of a plan: VRAM, pinned RAM and RAM (the rest is page cache). Refuses impossible plans."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwmodels.units import InputError
+from sim.plan import Budgets, Plan, Workload
+from sim.shapes import ModelShape
+
+GiB = 2**30
+
+
+class PlanError(InputError):
+    """A plan does not fit its budgets; the message names what is short and the fix."""
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    resident_vram_bytes: int
+    staging_vram_bytes: int
+    kv_bytes: int
+    activation_bytes: int
+    pinned_weights_bytes: int
+    pinned_staging_bytes: int
+    ram_weights_bytes: int
+    page_cache_bytes: int
+    slot_bytes: int
+
+    @property
+    def vram_bytes(self) -> int:
+        return self.resident_vram_bytes + self.staging_vram_bytes + self.kv_bytes + self.activation_bytes
+
+    @property
+    def pinned_bytes(self) -> int:
+        return self.pinned_weights_bytes + self.pinned_staging_bytes
+
+
+def kv_cache_bytes(model: ModelShape, w: Workload) -> int:
+    return model.kv_bytes_per_token * w.batch * (w.prompt_tokens + w.new_tokens)
+
+
+def activation_bytes(model: ModelShape, w: Workload) -> int:
+    """Prefill hidden states (a few live copies of B*P*hidden in 16 bit) plus FP32 logits of the last tokens."""
+    return 8 * w.batch * w.prompt_tokens * model.hidden * 2 + 4 * w.batch * model.vocab
+
+
+def streamed_units(model: ModelShape, plan: Plan, w: Workload | None = None) -> list[str]:
+    """Units that pass through VRAM staging slots (GPU-computed and not resident)."""
+    t = plan.tiers()
+    out = [u.name for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
+    if plan.gpu_offload_min_tokens and w and w.batch * w.prompt_tokens >= plan.gpu_offload_min_tokens:
+        out += [u.name for u in model.units if t[u.name].compute == "cpu"]
+    return out
+
+
+def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> MemoryUse:
+    t = plan.tiers()
+    sizes = {u.name: u.nbytes for u in model.units}
+    streamed = streamed_units(model, plan, w)
+    slot = max((sizes[n] for n in streamed), default=0)
+    staged_host = [n for n in streamed if t[n].tier in ("ram_compressed", "disk_raw", "disk_compressed")]
+    pin_slot = max((sizes[n] for n in staged_host), default=0) if plan.pinned_staging else 0
+    ratio = plan.codec.ratio if plan.codec else 1.0
+    ram_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pageable") + \
+        int(sum(sizes[n] * ratio for n, p in t.items() if p.tier == "ram_compressed"))
+    pinned_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pinned")
+    pinned_staging = plan.pinned_slots * pin_slot
+    cache = budgets.ram_bytes - ram_w - pinned_w - pinned_staging
+    return MemoryUse(resident_vram_bytes=sum(sizes[n] for n, p in t.items() if p.tier == "vram"),
+                     staging_vram_bytes=plan.vram_slots * slot if streamed else 0, kv_bytes=kv_cache_bytes(model, w),
+                     activation_bytes=activation_bytes(model, w), pinned_weights_bytes=pinned_w,
+                     pinned_staging_bytes=pinned_staging, ram_weights_bytes=ram_w, page_cache_bytes=max(cache, 0),
+                     slot_bytes=slot)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> MemoryUse:
+    """Refuse a plan that does not match the model or exceed a budget, naming what is short and the fix."""
+    names = [u.name for u in model.units]
+    placed = [p.unit for p in plan.placements]
+    if placed != names:
+        missing = sorted(set(names) - set(placed))[:3]
+        extra = sorted(set(placed) - set(names))[:3]
+        raise PlanError(f"plan: placements do not match model {model.name!r} (missing {missing}, unknown {extra}); "
+                        "make the plan for this model.")
+    for p in plan.placements:
+        if p.compute == "cpu" and p.tier == "vram":
+            raise PlanError(f"plan: unit {p.unit!r} is stored in vram but computed on the cpu; store it in a ram tier.")
+        if p.tier.endswith("compressed") and plan.codec is None:
+            raise PlanError(f"plan: unit {p.unit!r} uses tier {p.tier!r} but the plan has no codec; add a codec.")
+    m = memory_use(model, plan, w, budgets)
+    if m.vram_bytes > budgets.vram_bytes:
+        raise PlanError(f"vram: the plan needs {_gib(m.vram_bytes)} but the budget is {_gib(budgets.vram_bytes)}: "
+                        f"resident weights {_gib(m.resident_vram_bytes)} + {plan.vram_slots} staging slots "
+                        f"{_gib(m.staging_vram_bytes)} + KV cache {_gib(m.kv_bytes)} + activations "
+                        f"{_gib(m.activation_bytes)}; raise --vram or keep fewer weights resident.")
+    if m.pinned_bytes > budgets.pinned_bytes:
+        raise PlanError(f"pinned: the plan pins {_gib(m.pinned_bytes)} but the budget is {_gib(budgets.pinned_bytes)}; "
+                        "move weights to ram_pageable or disk, or raise the pinned budget.")
+    used = m.ram_weights_bytes + m.pinned_bytes
+    if used > budgets.ram_bytes:
+        raise PlanError(f"ram: the plan keeps {_gib(used)} in RAM but the budget is {_gib(budgets.ram_bytes)}; "
+                        "move weights to disk or raise --ram.")
+    return m

@@ -1,0 +1,110 @@
+"""The plan format (frozen, versioned JSON on disk), the workload and the memory budgets.
+
+A plan says, for every unit, where it is stored and where it is computed, and how the loader streams.
+Plans are made by policies and the planner; the simulator and the engine only consume them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError
+
+from hwmodels.specs import MachineSpec
+from hwmodels.units import InputError
+from sim.equations import Codec, Tier
+
+PLAN_VERSION = 1
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Placement(Spec):
+    unit: str = Field(description="Unit name (ModelShape unit).")
+    tier: Tier = Field(description="Where the unit's weights are stored between uses.")
+    compute: Literal["gpu", "cpu"] = Field(default="gpu", description="Where the unit is computed.")
+
+
+class Plan(Spec):
+    version: Literal[1] = Field(default=PLAN_VERSION, description="Plan format version.")
+    model: str = Field(description="Model name the plan was made for.")
+    machine: str = Field(description="Machine name the plan was made for.")
+    policy: str = Field(default="custom", description="Who made the plan (a policy name or 'planner').")
+    placements: tuple[Placement, ...] = Field(description="One placement per unit, in model order.")
+    prefetch_depth: NonNegativeInt = Field(default=1, description="Loads may run this many streamed units ahead of "
+                                           "compute; 0 loads a unit only when the previous unit has finished.")
+    overlap_copy: bool = Field(default=True, description="Host-to-device copies overlap compute (side stream); False "
+                               "makes each copy wait for the previous unit's compute (blocking copy).")
+    vram_slots: PositiveInt = Field(default=2, description="VRAM staging buffers, each the size of the largest streamed unit.")
+    pinned_slots: NonNegativeInt = Field(default=2, description="Pinned host staging buffers for disk reads and unpacking.")
+    pinned_staging: bool = Field(default=True, description="Disk reads land in pinned buffers (else pageable copies).")
+    reader_threads: PositiveInt = Field(default=1, description="Parallel disk reads (SimPy only).")
+    codec: Codec | None = Field(default=None, description="Codec of the compressed tiers.")
+    expert_predictor_hit_rate: float | None = Field(default=None, ge=0, le=1, description="Fraction of routed experts "
+                                                    "guessed one layer ahead; None: loads wait for the router.")
+    gpu_offload_min_tokens: PositiveInt | None = Field(default=None, description="llama.cpp: when a step has at least "
+                                                       "this many tokens, CPU-placed units are copied to and computed on the GPU.")
+    feasible: bool = Field(default=True, description="False when no plan fits the budgets.")
+    reason: str = Field(default="", description="Why the plan is infeasible, naming the fix.")
+
+    def tiers(self) -> dict[str, Placement]:
+        return {p.unit: p for p in self.placements}
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (temp file then rename)."""
+        write_atomic(Path(path), self.model_dump_json(indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Plan":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"plan: cannot read {str(path)!r} ({exc}); give a plan JSON written by 'offloadsim plan'.") from None
+        if isinstance(data, dict) and data.get("version", PLAN_VERSION) != PLAN_VERSION:
+            raise InputError(f"plan: version {data.get('version')!r} in {str(path)!r} is not supported; "
+                             f"re-create it with this offloadsim (version {PLAN_VERSION}).")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise InputError(f"plan: field {'.'.join(map(str, err['loc']))!r} = {err.get('input')!r} in {str(path)!r}: "
+                             f"{err['msg']}; fix the plan file.") from None
+
+
+class Workload(Spec):
+    batch: PositiveInt = Field(default=1, description="Sequences decoded together.")
+    prompt_tokens: PositiveInt = Field(default=128, description="Prompt length P (the prefill step).")
+    new_tokens: PositiveInt = Field(default=16, description="Tokens generated: one prefill step then N-1 decode steps.")
+    warm: bool = Field(default=False, description="The page cache holds what fits from a previous run.")
+    expert_skew: float = Field(default=0.0, ge=0, description="Zipf exponent of expert popularity (0 = uniform).")
+    seed: int = Field(default=0, description="Seed of the expert draws.")
+
+
+class Budgets(Spec):
+    vram_bytes: NonNegativeInt = Field(description="VRAM for weights, staging, KV cache and activations.")
+    ram_bytes: NonNegativeInt = Field(description="RAM for weights and pinned buffers; the rest is page cache.")
+    pinned_bytes: NonNegativeInt = Field(description="Pinned RAM (resident pinned weights and staging).")
+
+    @classmethod
+    def of(cls, machine: MachineSpec, vram: int | None = None, ram: int | None = None, pinned: int | None = None) -> "Budgets":
+        """Defaults: the whole VRAM, the whole RAM less 4 GiB for the OS, half the RAM pinnable."""
+        ram_b = ram if ram is not None else max(machine.host_memory.capacity_bytes - 4 * 2**30, 0)
+        return cls(vram_bytes=vram if vram is not None else machine.gpu.vram_bytes, ram_bytes=ram_b,
+                   pinned_bytes=pinned if pinned is not None else ram_b // 2)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

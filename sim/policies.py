@@ -1,0 +1,168 @@
+"""Engine behaviours as plans (../shared/reference/peer-engines.md), through one registry.
+
+Each policy is a pure function (model, machine, workload, budgets) -> Plan that imitates its engine's placement
+and runtime: what is resident, where it is computed, how far ahead it loads and whether copies overlap compute.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from hwmodels.specs import MachineSpec
+from hwmodels.units import unknown_name
+from sim.memory import PlanError, activation_bytes, check_plan, kv_cache_bytes
+from sim.plan import Budgets, Placement, Plan, Workload
+from sim.shapes import ModelShape
+
+GiB = 2**30
+Policy = Callable[[ModelShape, MachineSpec, Workload, Budgets], Plan]
+POLICIES: dict[str, Policy] = {}
+
+
+def register(name: str):
+    def deco(fn: Policy) -> Policy:
+        POLICIES[name] = fn
+        return fn
+    return deco
+
+
+def get_policy(name: str) -> Policy:
+    if name not in POLICIES:
+        raise unknown_name("policy", name, list(POLICIES))
+    return POLICIES[name]
+
+
+def make_plan(model: ModelShape, machine: MachineSpec, policy: str, tiers: dict[str, str],
+              compute: dict[str, str] | None = None, **kw) -> Plan:
+    compute = compute or {}
+    placements = tuple(Placement(unit=u.name, tier=tiers[u.name], compute=compute.get(u.name, "gpu")) for u in model.units)
+    return Plan(model=model.name, machine=machine.name, policy=policy, placements=placements, **kw)
+
+
+def fit_slots(model, plan: Plan, w, budgets, most: int) -> Plan:
+    """The plan with the most VRAM staging slots (up to `most`) that fits; the 1-slot plan's error otherwise."""
+    for slots in range(most, 0, -1):
+        cand = plan.model_copy(update={"vram_slots": slots, "prefetch_depth": min(plan.prefetch_depth, slots)})
+        try:
+            check_plan(model, cand, w, budgets)
+            return cand
+        except PlanError as exc:
+            err = exc
+    raise err
+
+
+def _host_tiers(model: ModelShape, names: list[str], budgets: Budgets, reserve_pinned: int, pinned_ok: bool) -> dict[str, str]:
+    """RAM tiers in model order while they fit (pinned first if allowed), then the disk."""
+    tiers = {}
+    ram_left = budgets.ram_bytes - reserve_pinned
+    pin_left = budgets.pinned_bytes - reserve_pinned
+    for n in names:
+        nb = model.unit(n).nbytes
+        if pinned_ok and nb <= pin_left and nb <= ram_left:
+            tiers[n], pin_left, ram_left = "ram_pinned", pin_left - nb, ram_left - nb
+        elif nb <= ram_left:
+            tiers[n], ram_left = "ram_pageable", ram_left - nb
+        else:
+            tiers[n] = "disk_raw"
+    return tiers
+
+
+@register("airllm")
+def airllm(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
+    """Nothing resident; every unit re-read from its per-layer file each token, one read ahead on a worker thread;
+    blocking copy, no copy/compute overlap; layers up to 2 GiB pinned."""
+    biggest = max(u.nbytes for u in model.units)
+    plan = make_plan(model, machine, "airllm", {u.name: "disk_raw" for u in model.units}, prefetch_depth=1,
+                     overlap_copy=False, vram_slots=1, pinned_slots=2, pinned_staging=biggest <= 2 * GiB)
+    check_plan(model, plan, w, budgets)
+    return plan
+
+
+def _blocks(model: ModelShape) -> list[list[str]]:
+    """Units grouped as engines place them: a whole decoder block (attention with its experts) at a time."""
+    groups: list[list[str]] = []
+    for u in model.units:
+        if groups and model.unit(groups[-1][0]).block == u.block:
+            groups[-1].append(u.name)
+        else:
+            groups.append([u.name])
+    return groups
+
+
+@register("accelerate")
+def accelerate(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
+    """infer_auto_device_map: one greedy pass in module order filling the GPU (less the largest-layer reserve when
+    anything is offloaded), then CPU RAM, then disk; blocking pageable copies, no prefetch."""
+    groups = _blocks(model)
+    size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
+    largest = max(size.values())
+    gpu_left = budgets.vram_bytes - kv_cache_bytes(model, w) - activation_bytes(model, w)
+    if sum(size.values()) > gpu_left:
+        gpu_left -= largest
+    ram_left = budgets.ram_bytes
+    tiers, device = {}, "vram"
+    for g in groups:
+        if device == "vram" and size[g[0]] > gpu_left:
+            device = "ram_pageable"
+        if device == "ram_pageable" and size[g[0]] > ram_left:
+            device = "disk_raw"
+        for n in g:
+            tiers[n] = device
+        if device == "vram":
+            gpu_left -= size[g[0]]
+        elif device == "ram_pageable":
+            ram_left -= size[g[0]]
+    plan = make_plan(model, machine, "accelerate", tiers, prefetch_depth=0, overlap_copy=False, vram_slots=1,
+                     pinned_slots=0, pinned_staging=False)
+    check_plan(model, plan, w, budgets)
+    return plan
+
+
+@register("llamacpp")
+def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
+    """-ngl N: the last N blocks (i_gpu_start = n_layer - ngl, src/llama-model.cpp) and then the output head on the
+    GPU, as many as fit; the rest computed on the CPU from pinned host buffers (or mmap from disk when RAM is short);
+    the token embedding always on the CPU; steps of >= 32 tokens copy CPU weights to the GPU."""
+    groups = _blocks(model)
+    size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
+    gpu_left = budgets.vram_bytes - kv_cache_bytes(model, w) - activation_bytes(model, w)
+    # the prefill offload streams CPU weights through one VRAM buffer sized to the largest unit
+    gpu_left -= max(u.nbytes for u in model.units)
+    on_gpu: set[str] = set()
+    order = [groups[-1]] + groups[1:-1][::-1]  # the head first once every block fits, else blocks from the back
+    blocks_back = groups[1:-1][::-1]
+    for g in blocks_back:
+        if size[g[0]] > gpu_left:
+            break
+        on_gpu.update(g)
+        gpu_left -= size[g[0]]
+    if len(on_gpu) == sum(len(g) for g in blocks_back) and size[groups[-1][0]] <= gpu_left:
+        on_gpu.update(groups[-1])
+    del order
+    cpu_names = [u.name for u in model.units if u.name not in on_gpu]
+    tiers = _host_tiers(model, cpu_names, budgets, 0, True)
+    tiers.update({n: "vram" for n in on_gpu})
+    compute = {n: "cpu" for n in cpu_names}
+    plan = make_plan(model, machine, "llamacpp", tiers, compute, prefetch_depth=0, overlap_copy=False, vram_slots=1,
+                     pinned_slots=1, gpu_offload_min_tokens=32)
+    check_plan(model, plan, w, budgets)
+    return plan
+
+
+@register("stream")
+def stream(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
+    """Everything streamed through pinned staging with full copy/compute overlap: weights in pinned RAM while the
+    pinned budget lasts, then pageable RAM, then disk; prefetch two units ahead with three VRAM slots when they fit."""
+    biggest = max(u.nbytes for u in model.units)
+    names = [u.name for u in model.units]
+    tiers = _host_tiers(model, names, budgets, 3 * biggest, True)
+    plan = make_plan(model, machine, "stream", tiers, prefetch_depth=2, overlap_copy=True, vram_slots=3, pinned_slots=3)
+    return fit_slots(model, plan, w, budgets, 3)
+
+
+@register("resident")
+def resident(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
+    """Everything in VRAM (refused with the shortfall when it does not fit)."""
+    plan = make_plan(model, machine, "resident", {u.name: "vram" for u in model.units}, prefetch_depth=0, vram_slots=1,
+                     pinned_slots=0)
+    check_plan(model, plan, w, budgets)
+    return plan

@@ -1,0 +1,152 @@
+"""The SimPy timeline: read, unpack, copy and compute per unit with prefetch, staging slots and the page cache.
+
+Resources: the storage queue (`reader_threads` reads at once), unpack workers (one decode at a time using all
+threads), the host-to-device copy engine, the GPU stream and the CPU. VRAM and pinned staging slots are Containers.
+Each stage is a process that takes items in order, so every queue is FIFO.
+"""
+from __future__ import annotations
+
+import simpy
+
+from sim.events import Event
+from sim.pagecache import PageCache
+from sim.schedule import CPU_READ, GPU_LOAD, Schedule
+
+
+class Timeline:
+    """Runs one schedule; `run()` returns the event records (nothing is kept on self after)."""
+
+    def __init__(self, sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots: int, pinned_slots: int,
+                 reader_threads: int = 1):
+        self.sch, self.depth, self.overlap = sch, prefetch_depth, overlap_copy
+        self.env = env = simpy.Environment()
+        self.storage = simpy.Resource(env, capacity=reader_threads)
+        self.readers = reader_threads
+        self.unpacker = simpy.Resource(env, capacity=1)
+        self.copy_engine = simpy.Resource(env, capacity=1)
+        self.gpu = simpy.Resource(env, capacity=1)
+        self.cpu = simpy.Resource(env, capacity=1)
+        self.vram_slots = simpy.Container(env, capacity=vram_slots, init=vram_slots)
+        self.pinned_slots = simpy.Container(env, capacity=max(pinned_slots, 1), init=max(pinned_slots, 1))
+        self.cache = PageCache(sch.cache_capacity_bytes, sch.warm_keys)
+        n = len(sch)
+        self.c_start = [env.event() for _ in range(n)]
+        self.c_end = [env.event() for _ in range(n)]
+        self.read_done = {i: env.event() for i in range(n) if sch.load[i] and (sch.read_bytes[i] > 0 or sch.pinned_slot[i])}
+        self.unpack_done = {i: env.event() for i in range(n) if sch.unpack_s[i] > 0}
+        self.ready = {i: env.event() for i in range(n) if sch.load[i]}
+        self.loads = [i for i in range(n) if sch.load[i]]
+        self.events: list[Event] = []
+
+    def gate_events(self, k: int) -> list[simpy.Event]:
+        """What must happen before the k-th load may start: the prefetch window and the router."""
+        i = self.loads[k]
+        evs = []
+        if self.depth == 0:
+            if i > 0:
+                evs.append(self.c_end[i - 1])
+        elif k - self.depth >= 0:
+            evs.append(self.c_start[self.loads[k - self.depth]])
+        g = self.sch.gate[i]
+        if g >= 0:
+            evs.append(self.c_end[g])
+        return evs
+
+    def record(self, i: int, stage: str, resource: str, start: float, nbytes: float = 0.0, detail: str = "") -> None:
+        s = self.sch
+        self.events.append(Event(s.step[i], s.names[s.unit[i]], stage, resource, start, self.env.now, nbytes, detail))
+
+    def reader(self, queue: simpy.Store):
+        s = self.sch
+        while True:
+            k = yield queue.get()
+            if k is None:
+                return
+            i = self.loads[k]
+            yield self.env.all_of(self.gate_events(k))
+            if s.pinned_slot[i]:
+                yield self.pinned_slots.get(1)
+            if s.read_bytes[i] <= 0:
+                self.read_done[i].succeed()
+                continue
+            with self.storage.request() as req:
+                yield req
+                t0 = self.env.now
+                hit = self.cache.access(s.unit[i], s.read_bytes[i])
+                speed = s.cache_bytes_per_s if hit else s.cold_bytes_per_s
+                yield self.env.timeout((s.read_latency_s + s.read_bytes[i] / speed) * self.readers)
+                self.record(i, "read", "storage", t0, s.read_bytes[i], "cache" if hit else "cold")
+            self.read_done[i].succeed()
+
+    def unpack(self):
+        s = self.sch
+        for k, i in enumerate(self.loads):
+            if s.unpack_s[i] <= 0:
+                continue
+            if i in self.read_done:
+                yield self.read_done[i]
+            else:
+                yield self.env.all_of(self.gate_events(k))
+            with self.unpacker.request() as req:
+                yield req
+                t0 = self.env.now
+                yield self.env.timeout(s.unpack_s[i])
+                self.record(i, "unpack", "unpack", t0, s.copy_bytes[i])
+            self.unpack_done[i].succeed()
+
+    def copier(self):
+        s = self.sch
+        for k, i in enumerate(self.loads):
+            if s.unpack_s[i] > 0:
+                yield self.unpack_done[i]
+            elif i in self.read_done:
+                yield self.read_done[i]
+            else:
+                yield self.env.all_of(self.gate_events(k))
+            if s.load[i] == CPU_READ:
+                self.ready[i].succeed()
+                continue
+            if not self.overlap and i > 0:
+                yield self.c_end[i - 1]
+            yield self.vram_slots.get(1)
+            with self.copy_engine.request() as req:
+                yield req
+                t0 = self.env.now
+                yield self.env.timeout(s.copy_s[i])
+                self.record(i, "copy", "copy", t0, s.copy_bytes[i])
+            if s.pinned_slot[i]:
+                yield self.pinned_slots.put(1)
+            self.ready[i].succeed()
+
+    def compute(self):
+        s = self.sch
+        for i in range(len(s)):
+            dev = "cpu" if s.on_cpu[i] else "gpu"
+            if s.load[i]:
+                t0 = self.env.now
+                yield self.ready[i]
+                if self.env.now > t0:
+                    self.record(i, "wait", f"{dev}_wait", t0)
+            with (self.cpu if s.on_cpu[i] else self.gpu).request() as req:
+                yield req
+                t0 = self.env.now
+                self.c_start[i].succeed()
+                yield self.env.timeout(s.compute_s[i])
+                self.record(i, "compute", dev, t0)
+            if s.load[i] == GPU_LOAD:
+                yield self.vram_slots.put(1)
+            self.c_end[i].succeed()
+
+    def run(self) -> list[Event]:
+        queue = simpy.Store(self.env)
+        for k, i in enumerate(self.loads):
+            if i in self.read_done:
+                queue.put(k)
+        for _ in range(self.readers):
+            queue.put(None)
+            self.env.process(self.reader(queue))
+        self.env.process(self.unpack())
+        self.env.process(self.copier())
+        self.env.process(self.compute())
+        self.env.run()
+        return self.events
