@@ -31,63 +31,86 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
     if reader_threads != 1:
         raise Unsupported("the fast evaluator models one disk reader; parallel readers need the SimPy timeline")
     n = len(sch)
-    unit, load, gate = sch.unit, sch.load, sch.gate
-    read_b, unpack_s, copy_s, comp_s, pin = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s, sch.pinned_slot
+    load = sch.load
+    read_b, unpack_s, copy_s, comp_s, gate, unit = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s, sch.gate, sch.unit
     lat, cold, warm = sch.read_latency_s, sch.cold_bytes_per_s, sch.cache_bytes_per_s
-    cache = PageCache(sch.cache_capacity_bytes, sch.warm_keys)
-    c_start = [0.0] * n
-    c_end = [0.0] * n
-    ready = [0.0] * n
-    load_items: list[int] = []
-    pin_release: list[float] = []   # copy end of each pinned-slot holder, in acquisition order
-    vram_release: list[int] = []    # item index of each VRAM-slot holder, in acquisition order
+    d, no_overlap = prefetch_depth, not overlap_copy
+    # which earlier item frees what this one waits for: the prefetch window, a pinned slot, a VRAM slot
+    lo = load
+    loads = np.flatnonzero(lo)
+    pf = np.full(n, -1)
+    if d >= 1 and len(loads) > d:
+        pf[loads[d:]] = loads[:-d]
+    pins = np.flatnonzero(sch.pinned_slot)
     P = max(pinned_slots, 1)
-    d = prefetch_depth
-    reader_free = unpack_free = copier_free = 0.0
+    pin_src = np.full(n, -1)
+    if len(pins) > P:
+        pin_src[pins[P:]] = pins[:-P]
+    gpu_loads = np.flatnonzero(lo == GPU_LOAD)
+    vram_src = np.full(n, -1)
+    if len(gpu_loads) > vram_slots:
+        vram_src[gpu_loads[vram_slots:]] = gpu_loads[:-vram_slots]
+    host = (read_b > 0) | sch.pinned_slot
+    # page-cache hits depend only on the order of reads, which is the item order here
+    cache = PageCache(sch.cache_capacity_bytes, sch.warm_keys)
+    hit = np.zeros(n, dtype=np.bool_)
+    reads = np.flatnonzero(read_b > 0)
+    for i, u, b in zip(reads.tolist(), unit[reads].tolist(), read_b[reads].tolist()):
+        hit[i] = cache.access(u, b)
+    c_start, c_end, ready = _recurrence(load, host, read_b, hit, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src,
+                                        d, no_overlap, lat, cold, warm)
+    return FastResult(c_start, c_end, ready, cache.hits, cache.misses)
+
+
+def _recurrence_py(load, host, read_b, hit, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src, d, no_overlap,
+                   lat, cold, warm):
+    """The pipeline as a max-plus recurrence, item by item (compiled by numba when it is installed)."""
+    n = len(load)
+    c_start = np.zeros(n)
+    c_end = np.zeros(n)
+    ready = np.zeros(n)
+    reader_free = 0.0
+    unpack_free = 0.0
+    copier_free = 0.0
     prev_end = 0.0
     for i in range(n):
-        if load[i]:
-            k = len(load_items)
-            load_items.append(i)
-            g = 0.0
+        kind = load[i]
+        if kind:
+            t = 0.0
             if d == 0:
-                g = prev_end
-            elif k >= d:
-                g = c_start[load_items[k - d]]
-            if gate[i] >= 0 and c_end[gate[i]] > g:
-                g = c_end[gate[i]]
-            t = g
-            if pin[i] or read_b[i] > 0:      # the reader: one item at a time, in order
+                t = prev_end
+            else:
+                j = pf[i]
+                if j >= 0:
+                    t = c_start[j]
+            j = gate[i]
+            if j >= 0 and c_end[j] > t:
+                t = c_end[j]
+            if host[i]:                      # the reader: one item at a time, in order
                 if reader_free > t:
                     t = reader_free
-                if pin[i]:
-                    j = len(pin_release)
-                    pin_release.append(0.0)
-                    if j >= P and pin_release[j - P] > t:
-                        t = pin_release[j - P]
-                if read_b[i] > 0:
-                    speed = warm if cache.access(unit[i], read_b[i]) else cold
-                    t += lat + read_b[i] / speed
+                j = pin_src[i]
+                if j >= 0 and ready[j] > t:  # a pinned slot frees when its holder's copy ends
+                    t = ready[j]
+                rb = read_b[i]
+                if rb > 0:
+                    t += lat + rb / (warm if hit[i] else cold)
                 reader_free = t
-            if unpack_s[i] > 0:
+            u = unpack_s[i]
+            if u > 0:
                 if unpack_free > t:
                     t = unpack_free
-                t += unpack_s[i]
+                t += u
                 unpack_free = t
-            if copier_free > t:                # the copier takes every load in order
+            if copier_free > t:              # the copier takes every load in order
                 t = copier_free
-            if load[i] == GPU_LOAD:
-                if not overlap_copy and prev_end > t:
+            if kind == GPU_LOAD:
+                if no_overlap and prev_end > t:
                     t = prev_end
-                m = len(vram_release)
-                vram_release.append(i)
-                if m >= vram_slots:
-                    r = c_end[vram_release[m - vram_slots]]
-                    if r > t:
-                        t = r
+                j = vram_src[i]
+                if j >= 0 and c_end[j] > t:  # a VRAM slot frees when its holder's compute ends
+                    t = c_end[j]
                 t += copy_s[i]
-                if pin[i]:
-                    pin_release[-1] = t
             copier_free = t
             ready[i] = t
             start = t if t > prev_end else prev_end
@@ -96,4 +119,11 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
         c_start[i] = start
         prev_end = start + comp_s[i]
         c_end[i] = prev_end
-    return FastResult(np.array(c_start), np.array(c_end), np.array(ready), cache.hits, cache.misses)
+    return c_start, c_end, ready
+
+
+try:
+    from numba import njit
+    _recurrence = njit(cache=True)(_recurrence_py)
+except ImportError:  # pragma: no cover - numba is a dependency; the plain loop gives the same numbers
+    _recurrence = _recurrence_py

@@ -105,3 +105,8 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
         raise PlanError(f"ram: the plan keeps {_gib(used)} in RAM but the budget is {_gib(budgets.ram_bytes)}; "
                         "move weights to disk or raise --ram.")
     return m
+
+
+def min_vram_bytes(model: ModelShape, w: Workload) -> int:
+    """The least VRAM any streaming plan can run in: one staging slot for the largest unit, KV cache, activations."""
+    return max(u.nbytes for u in model.units) + kv_cache_bytes(model, w) + activation_bytes(model, w)

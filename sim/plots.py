@@ -38,7 +38,7 @@ def gantt(events: list[Event], path: str | Path, title: str = "", tokens: tuple[
     ax.set_xlabel("time (s)")
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
-    ax.legend(uniq.values(), uniq.keys(), loc="upper right", fontsize=8, ncol=len(uniq))
+    ax.legend(uniq.values(), uniq.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     ax.set_title(title + ("  (black ticks: critical path)" if critical else ""), fontsize=9)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)

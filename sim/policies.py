@@ -143,7 +143,7 @@ def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
     tiers.update({n: "vram" for n in on_gpu})
     compute = {n: "cpu" for n in cpu_names}
     plan = make_plan(model, machine, "llamacpp", tiers, compute, prefetch_depth=0, overlap_copy=False, vram_slots=1,
-                     pinned_slots=1, gpu_offload_min_tokens=32)
+                     pinned_slots=0, pinned_staging=False, gpu_offload_min_tokens=32)
     check_plan(model, plan, w, budgets)
     return plan
 

@@ -17,6 +17,9 @@ from sim.routing import ExpertRouter
 from sim.shapes import ModelShape
 
 GPU_LOAD, CPU_READ = 1, 2
+COLUMNS = {"unit": np.int64, "step": np.int64, "on_cpu": np.bool_, "load": np.int64, "read_bytes": np.float64,
+           "unpack_s": np.float64, "copy_s": np.float64, "copy_bytes": np.float64, "compute_s": np.float64,
+           "pinned_slot": np.bool_, "gate": np.int64}
 
 
 @dataclass
@@ -44,6 +47,16 @@ class Schedule:
 
     def __len__(self) -> int:
         return len(self.unit)
+
+    def finalize(self) -> "Schedule":
+        """Turn the columns into numpy arrays (the fast evaluator reads them without conversion)."""
+        for name, dtype in COLUMNS.items():
+            setattr(self, name, np.asarray(getattr(self, name), dtype=dtype))
+        return self
+
+    def column_lists(self) -> dict[str, list]:
+        """The columns as Python lists (fast scalar access for the SimPy processes)."""
+        return {name: getattr(self, name).tolist() for name in COLUMNS}
 
 
 def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workload, budgets: Budgets) -> Schedule:
@@ -115,15 +128,16 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
             sch.gate.append(gate)
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
-    return sch
+    return sch.finalize()
 
 
 def _warm_contents(sch: Schedule) -> list[tuple[int, float]]:
     """What a previous identical run left in the LRU page cache: its most recent reads that fit, oldest first."""
     seen: dict[int, float] = {}
-    for i in range(len(sch.unit) - 1, -1, -1):
-        if sch.read_bytes[i] > 0 and sch.unit[i] not in seen:
-            seen[sch.unit[i]] = sch.read_bytes[i]
+    unit, read = list(sch.unit), list(sch.read_bytes)
+    for i in range(len(unit) - 1, -1, -1):
+        if read[i] > 0 and unit[i] not in seen:
+            seen[unit[i]] = read[i]
     kept, used = [], 0.0
     for ui, nb in seen.items():  # most recent first
         if used + nb > sch.cache_capacity_bytes:

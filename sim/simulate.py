@@ -36,9 +36,7 @@ def simulate(model: ModelShape, machine: MachineSpec, plan: Plan, workload: Work
     events = tl.run()
     n = len(sch)
     c_start, c_end = np.zeros(n), np.zeros(n)
-    index = {}
-    for i in range(n):
-        index[(sch.step[i], sch.unit[i])] = i
+    index = {key: i for i, key in enumerate(zip(sch.step.tolist(), sch.unit.tolist()))}
     unit_idx = {name: k for k, name in enumerate(sch.names)}
     for e in events:
         if e.stage == "compute":

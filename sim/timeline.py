@@ -18,7 +18,8 @@ class Timeline:
 
     def __init__(self, sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots: int, pinned_slots: int,
                  reader_threads: int = 1):
-        self.sch, self.depth, self.overlap = sch, prefetch_depth, overlap_copy
+        self.sch = _Columns(sch)
+        self.depth, self.overlap = prefetch_depth, overlap_copy
         self.env = env = simpy.Environment()
         self.storage = simpy.Resource(env, capacity=reader_threads)
         self.readers = reader_threads
@@ -29,7 +30,8 @@ class Timeline:
         self.vram_slots = simpy.Container(env, capacity=vram_slots, init=vram_slots)
         self.pinned_slots = simpy.Container(env, capacity=max(pinned_slots, 1), init=max(pinned_slots, 1))
         self.cache = PageCache(sch.cache_capacity_bytes, sch.warm_keys)
-        n = len(sch)
+        sch = self.sch
+        n = len(sch.unit)
         self.c_start = [env.event() for _ in range(n)]
         self.c_end = [env.event() for _ in range(n)]
         self.read_done = {i: env.event() for i in range(n) if sch.load[i] and (sch.read_bytes[i] > 0 or sch.pinned_slot[i])}
@@ -120,7 +122,7 @@ class Timeline:
 
     def compute(self):
         s = self.sch
-        for i in range(len(s)):
+        for i in range(len(s.unit)):
             dev = "cpu" if s.on_cpu[i] else "gpu"
             if s.load[i]:
                 t0 = self.env.now
@@ -150,3 +152,13 @@ class Timeline:
         self.env.process(self.compute())
         self.env.run()
         return self.events
+
+
+class _Columns:
+    """A schedule's columns as lists, with its scalars, for fast access inside the processes."""
+
+    def __init__(self, sch: Schedule):
+        self.__dict__.update(sch.column_lists())
+        self.names = sch.names
+        for name in ("read_latency_s", "cold_bytes_per_s", "cache_bytes_per_s", "cache_capacity_bytes", "warm_keys"):
+            setattr(self, name, getattr(sch, name))

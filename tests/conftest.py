@@ -3,8 +3,7 @@ import pytest
 from hwmodels.specs import CpuSpec, GpuSpec, HostMemorySpec, LinkSpec, MachineSpec, StorageSpec
 
 
-@pytest.fixture
-def toy_machine() -> MachineSpec:
+def make_toy_machine() -> MachineSpec:
     """Round-number hardware for hand-worked timelines: disk 1 B/s cold, 4 B/s cached, link 2 B/s pinned,
     1 B/s pageable, unpack 4 B/s total, GPU 1e6 FLOP/s and 10 B/s VRAM, no latencies or overheads."""
     return MachineSpec(
@@ -19,3 +18,11 @@ def toy_machine() -> MachineSpec:
         cpu=CpuSpec(name="toy-cpu", cores=2, memory_bytes_per_s=5.0, flops_per_s=1e6, op_overhead_s=0.0,
                     unpack_bytes_per_s_per_thread={"zstd": 2.0}, unpack_threads=2),
     )
+
+
+TOY = make_toy_machine()
+
+
+@pytest.fixture
+def toy_machine() -> MachineSpec:
+    return TOY
