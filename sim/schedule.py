@@ -82,50 +82,65 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
             cache[key] = (cpu_compute_s if cpu else gpu_compute_s)(u, machine, batch, new, ctx)
         return cache[key]
 
+    def row(ui: int, offload: bool) -> tuple:
+        """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot)."""
+        u, p = units[ui], t[units[ui].name]
+        cpu = p.compute == "cpu" and not offload
+        load = GPU_LOAD if (not cpu and p.tier != "vram") else CPU_READ if (cpu and p.tier.startswith("disk")) else 0
+        tier = "ram_pageable" if (offload and p.compute == "cpu" and p.tier != "vram") else p.tier
+        read = u.nbytes * (ratio if tier == "disk_compressed" else 1.0) if load and tier.startswith("disk") else 0.0
+        unpack = u.nbytes / unpack_speed if load and tier.endswith("compressed") else 0.0
+        staged = plan.pinned_staging and tier in ("ram_compressed", "disk_raw", "disk_compressed")
+        speed = link.pinned_h2d_bytes_per_s if (tier == "ram_pinned" or staged) else link.pageable_h2d_bytes_per_s
+        gpu_load = load == GPU_LOAD
+        return (cpu, load, read, unpack, link.latency_s + u.nbytes / speed if gpu_load else 0.0,
+                float(u.nbytes) if gpu_load else 0.0, gpu_load and staged)
+
+    rows = {False: [row(i, False) for i in range(len(units))]}
+    order: list[tuple[int, int]] = []  # (unit, -1) or (first expert unit of a block, block)
+    for ui, u in enumerate(units):
+        if u.expert is None:
+            order.append((ui, -1))
+        elif u.expert == 0:
+            order.append((ui, u.block))
+    streamed_expert = [t[u.name].tier != "vram" or t[u.name].compute == "cpu" for u in units]
+
+    def add(ui: int, s: int, r: tuple, comp: float, gate: int) -> None:
+        sch.unit.append(ui)
+        sch.step.append(s)
+        sch.on_cpu.append(r[0])
+        sch.load.append(r[1])
+        sch.read_bytes.append(r[2])
+        sch.unpack_s.append(r[3])
+        sch.copy_s.append(r[4])
+        sch.copy_bytes.append(r[5])
+        sch.pinned_slot.append(r[6])
+        sch.compute_s.append(comp)
+        sch.gate.append(gate)
+
     for s in range(w.new_tokens):
         new, ctx = (w.prompt_tokens, 0) if s == 0 else (1, w.prompt_tokens + s - 1)
         tokens = w.batch * new
         offload = bool(plan.gpu_offload_min_tokens and tokens >= plan.gpu_offload_min_tokens)
-        counts = None
-        router_item = {}
-        for ui, u in enumerate(units):
-            p = t[u.name]
-            if u.kind in ("attention", "decoder"):
-                router_item[u.block] = len(sch.unit)
-            gate = -1
-            batch, n_new, c = w.batch, new, ctx
-            if u.expert is not None:
-                if u.expert == 0:
-                    counts = router.draw(u.block, tokens)
-                if counts[u.expert] == 0:
-                    continue
-                batch, n_new, c = int(counts[u.expert]), 1, 0
-                if p.tier != "vram" or p.compute == "cpu":
+        if offload not in rows:
+            rows[offload] = [row(i, offload) for i in range(len(units))]
+        rs = rows[offload]
+        router_item: dict[int, int] = {}
+        for ui, block in order:
+            if block < 0:
+                u = units[ui]
+                if u.kind in ("attention", "decoder"):
+                    router_item[u.block] = len(sch.unit)
+                add(ui, s, rs[ui], compute_time(ui, rs[ui][0], w.batch, new, ctx), -1)
+                continue
+            counts = router.draw(block, tokens)
+            for e in np.flatnonzero(counts).tolist():
+                ei = ui + e
+                gate = -1
+                if streamed_expert[ei]:
                     hit = plan.expert_predictor_hit_rate is not None and rng.random() < plan.expert_predictor_hit_rate
-                    gate = router_item.get(u.block - 1, -1) if hit else router_item[u.block]
-            cpu = p.compute == "cpu" and not offload
-            load = 0
-            if not cpu and (p.tier != "vram"):
-                load = GPU_LOAD
-            elif cpu and p.tier.startswith("disk"):
-                load = CPU_READ
-            tier = "ram_pageable" if (offload and p.compute == "cpu" and p.tier != "vram") else p.tier
-            read = u.nbytes * (ratio if tier == "disk_compressed" else 1.0) if load and tier.startswith("disk") else 0.0
-            unpack = u.nbytes / unpack_speed if load and tier.endswith("compressed") else 0.0
-            pinned_path = tier in ("ram_pinned",) or (plan.pinned_staging and tier in ("ram_compressed", "disk_raw", "disk_compressed"))
-            copy = (link.latency_s + u.nbytes / (link.pinned_h2d_bytes_per_s if pinned_path else link.pageable_h2d_bytes_per_s)) \
-                if load == GPU_LOAD else 0.0
-            sch.unit.append(ui)
-            sch.step.append(s)
-            sch.on_cpu.append(cpu)
-            sch.load.append(load)
-            sch.read_bytes.append(read)
-            sch.unpack_s.append(unpack)
-            sch.copy_s.append(copy)
-            sch.copy_bytes.append(float(u.nbytes) if load == GPU_LOAD else 0.0)
-            sch.compute_s.append(compute_time(ui, cpu, batch, n_new, c))
-            sch.pinned_slot.append(load == GPU_LOAD and plan.pinned_staging and tier in ("ram_compressed", "disk_raw", "disk_compressed"))
-            sch.gate.append(gate)
+                    gate = router_item.get(block - 1, -1) if hit else router_item[block]
+                add(ei, s, rs[ei], compute_time(ei, rs[ei][0], int(counts[e]), 1, 0), gate)
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()

@@ -4,6 +4,7 @@ FLOPs and bytes touched are pure functions of a unit and a workload step (batch 
 """
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
@@ -89,11 +90,12 @@ class ModelShape(BaseModel):
         share = self.experts_per_token / self.n_routed_experts if self.n_routed_experts else 0
         return int(rest + routed * share)
 
+    @cached_property
+    def by_name(self) -> dict[str, UnitShape]:
+        return {u.name: u for u in self.units}
+
     def unit(self, name: str) -> UnitShape:
-        for u in self.units:
-            if u.name == name:
-                return u
-        raise KeyError(name)
+        return self.by_name[name]
 
 
 def make_unit(fmt: WeightFormat, *, matrix_params: int, small_params: int = 0, **kw) -> UnitShape:

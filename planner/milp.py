@@ -1,0 +1,70 @@
+"""The integer program on the analytic model (scipy.optimize.milp / HiGHS).
+
+Minimise T subject to T >= the work each resource does over the request (compute chain, link, disk, unpack), one
+option per unit (counted per group of identical units), and the VRAM, pinned and RAM budgets. The simulated time is
+never below any resource's total work, so the optimum with the least staging is a lower bound for every plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from planner.options import OPTIONS, RESOURCES, OptionCosts
+
+
+@dataclass(frozen=True)
+class MilpResult:
+    feasible: bool
+    bound_s: float
+    counts: list[np.ndarray]   # per group: units in each option
+
+
+def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned_free: float, ram_free: float,
+          slot_bytes: float, cache_all: bool, time_limit_s: float = 5.0) -> MilpResult:
+    """vram_free etc. are what is left for weights after staging, KV cache and activations. Units larger than
+    `slot_bytes` cannot be streamed to the GPU. `cache_all`: disk units must fit in the page cache."""
+    k = len(OPTIONS)
+    G = len(groups)
+    nv = G * k + 1  # counts, then T
+    rep = [g[0] for g in groups]
+    size = np.array([len(g) for g in groups], dtype=float)
+    c = np.zeros(nv)
+    c[-1] = 1.0
+    A, lo, hi = [], [], []
+    for gi in range(G):  # one option per unit
+        row = np.zeros(nv)
+        row[gi * k:(gi + 1) * k] = 1
+        A.append(row), lo.append(size[gi]), hi.append(size[gi])
+    for r in RESOURCES:  # T >= sum of work
+        row = np.zeros(nv)
+        for gi, u in enumerate(rep):
+            row[gi * k:(gi + 1) * k] = costs.work[r][u]
+        row[-1] = -1
+        A.append(row), lo.append(-np.inf), hi.append(0.0)
+    for mat, free in ((costs.vram, vram_free), (costs.pinned, pinned_free)):
+        row = np.zeros(nv)
+        for gi, u in enumerate(rep):
+            row[gi * k:(gi + 1) * k] = mat[u]
+        A.append(row), lo.append(-np.inf), hi.append(free)
+    row = np.zeros(nv)
+    for gi, u in enumerate(rep):
+        row[gi * k:(gi + 1) * k] = costs.ram[u] + costs.pinned[u] + (costs.disk[u] if cache_all else 0)
+    A.append(row), lo.append(-np.inf), hi.append(ram_free)
+    ub = np.zeros(nv)
+    for gi, u in enumerate(rep):
+        for j, (tier, dev) in enumerate(OPTIONS):
+            streamed_gpu = dev == "gpu" and tier != "vram"
+            ok = costs.allowed[u, j] and not (streamed_gpu and costs.nbytes[u] > slot_bytes)
+            ub[gi * k + j] = size[gi] if ok else 0
+    ub[-1] = np.inf
+    integrality = np.ones(nv)
+    integrality[-1] = 0
+    res = milp(c, integrality=integrality, bounds=Bounds(np.zeros(nv), ub),
+               constraints=LinearConstraint(np.array(A), lo, hi), options={"time_limit": time_limit_s})
+    if res.x is None:
+        return MilpResult(False, float("inf"), [])
+    x = np.round(res.x[:-1]).astype(int).reshape(G, k)
+    bound = getattr(res, "mip_dual_bound", None)
+    return MilpResult(True, float(bound if bound is not None and np.isfinite(bound) else res.fun), list(x))

@@ -1,0 +1,112 @@
+"""Per-unit placement options and their costs over a whole request, grouped for the integer program.
+
+An option is (tier, compute device). Its cost is the work it puts on each resource over the request (compute,
+link, disk, unpack) and the memory it takes (VRAM, pinned, RAM, page cache). Units with identical costs form a group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hwmodels.specs import MachineSpec
+from sim.equations import Codec
+from sim.plan import Budgets, Placement, Plan, Workload
+from sim.schedule import build_schedule
+from sim.shapes import ModelShape
+
+GPU_OPTIONS = ("vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed")
+OPTIONS: tuple[tuple[str, str], ...] = tuple((t, "gpu") for t in GPU_OPTIONS) + (
+    ("ram_pinned", "cpu"), ("ram_pageable", "cpu"), ("disk_raw", "cpu"))
+RESOURCES = ("compute", "copy", "read", "unpack")
+UNLIMITED = Budgets(vram_bytes=2**62, ram_bytes=2**62, pinned_bytes=2**62)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """How often each unit runs and its compute time on each device, over a phase of the request."""
+    uses: np.ndarray          # steps in which the unit runs
+    gpu_s: np.ndarray         # total GPU compute seconds
+    cpu_s: np.ndarray         # total CPU compute seconds
+
+
+def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "all") -> Usage:
+    """From the simulator's own schedule (same expert draws), every unit computed on the GPU, then on the CPU.
+    phase: 'all' (the whole request) or 'decode' (per decode step: steps 1.. divided by their number)."""
+    n = len(model.units)
+    out = []
+    for device in ("gpu", "cpu"):
+        placements = tuple(Placement(unit=u.name, tier="ram_pageable", compute=device) for u in model.units)
+        plan = Plan(model=model.name, machine=machine.name, placements=placements, prefetch_depth=0, vram_slots=1)
+        sch = build_schedule(model, machine, plan, w, UNLIMITED)
+        keep = sch.step >= (1 if phase == "decode" and w.new_tokens > 1 else 0)
+        scale = max(w.new_tokens - 1, 1) if phase == "decode" else 1
+        out.append((np.bincount(sch.unit[keep], minlength=n) / scale,
+                    np.bincount(sch.unit[keep], weights=sch.compute_s[keep], minlength=n) / scale))
+    return Usage(uses=out[0][0], gpu_s=out[0][1], cpu_s=out[1][1])
+
+
+@dataclass(frozen=True)
+class OptionCosts:
+    """Arrays indexed [unit, option]: resource seconds over the request and memory bytes; `allowed` masks options."""
+    work: dict[str, np.ndarray]
+    vram: np.ndarray
+    pinned: np.ndarray
+    ram: np.ndarray
+    disk: np.ndarray
+    allowed: np.ndarray
+    nbytes: np.ndarray
+
+
+def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usage, codec: Codec | None,
+                 cached: bool, phase: str = "all") -> OptionCosts:
+    """`cached`: disk reads after the first hit the page cache (the plan must then fit its disk units in it)."""
+    nb = np.array([u.nbytes for u in model.units], dtype=float)
+    n, k = len(nb), len(OPTIONS)
+    st, link = machine.storage, machine.link
+    uses = use.uses.astype(float)
+    ratio = codec.ratio if codec else 1.0
+    first_cold = 0.0 if (w.warm or phase == "decode") else 1.0
+    reads_cold = np.minimum(uses, first_cold) if cached else uses
+    reads_warm = uses - reads_cold
+
+    def read_s(stored: np.ndarray) -> np.ndarray:
+        return reads_cold * (st.request_latency_s + stored / st.cold_read_bytes_per_s) + \
+            reads_warm * (st.request_latency_s + stored / st.cache_read_bytes_per_s)
+
+    work = {r: np.zeros((n, k)) for r in RESOURCES}
+    vram, pinned, ram, disk = (np.zeros((n, k)) for _ in range(4))
+    allowed = np.ones((n, k), dtype=bool)
+    copy_pin = uses * (link.latency_s + nb / link.pinned_h2d_bytes_per_s)
+    copy_page = uses * (link.latency_s + nb / link.pageable_h2d_bytes_per_s)
+    for j, (tier, dev) in enumerate(OPTIONS):
+        work["compute"][:, j] = use.gpu_s if dev == "gpu" else use.cpu_s
+        if dev == "gpu" and tier != "vram":
+            work["copy"][:, j] = copy_page if tier == "ram_pageable" else copy_pin
+        if tier.startswith("disk"):
+            stored = nb * (ratio if tier == "disk_compressed" else 1.0)
+            work["read"][:, j] = read_s(stored)
+            disk[:, j] = stored
+        if tier.endswith("compressed"):
+            if codec is None:
+                allowed[:, j] = False
+                continue
+            work["unpack"][:, j] = uses * nb / codec.unpack_bytes_per_s
+        vram[:, j] = nb if tier == "vram" else 0
+        pinned[:, j] = nb if tier == "ram_pinned" else 0
+        if dev == "cpu" and tier == "ram_pinned":
+            allowed[:, j] = False  # same cost as pageable for the CPU; kept for llama.cpp-style plans
+        ram[:, j] = nb if tier == "ram_pageable" else nb * ratio if tier == "ram_compressed" else 0
+    return OptionCosts(work, vram, pinned, ram, disk, allowed, nb)
+
+
+def groups(costs: OptionCosts) -> list[np.ndarray]:
+    """Units whose cost rows are identical (to 1e-9 relative), as index arrays in model order."""
+    rows = np.concatenate([costs.work[r] for r in RESOURCES] + [costs.vram, costs.ram, costs.disk,
+                                                                 costs.allowed.astype(float)], axis=1)
+    scale = np.maximum(np.abs(rows).max(axis=0), 1e-30)
+    keys = np.round(rows / scale, 9)
+    _, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    order = sorted(set(inverse.tolist()), key=lambda g: int(np.flatnonzero(inverse == g)[0]))
+    return [np.flatnonzero(inverse == g) for g in order]
