@@ -32,3 +32,5 @@ def add_all(sub: argparse._SubParsersAction) -> None:
 
     from offloadsim.args_sim import add_sim
     add_sim(sub, _model, _machine)
+    from offloadsim.args_plan import add_plan
+    add_plan(sub, _model, _machine)

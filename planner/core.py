@@ -107,6 +107,9 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
     codec = codec or machine_codec(machine)
     options = [o for o in OPTIONS if (tiers is None or o[0] in tiers) and (allow_cpu or o[1] == "gpu")]
     use = usage(model, machine, workload)
+    real_workload = workload
+    if model.is_moe:  # search on other draws than the ones the confirmation uses: no overfitting to a seed
+        workload = workload.model_copy(update={"seed": workload.seed + 7919})
     assigns, bound = _milp_candidates(model, machine, workload, budgets, use, codec, options, deadline)
     starts: list[tuple[Plan, float]] = []
     n = 0
@@ -136,11 +139,11 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
     summary = {}
     if confirm:
         from sim.simulate import fast_simulate, simulate
-        summary = simulate(model, machine, best, workload, budgets).summary if len(model.units) < 2000 else \
-            fast_simulate(model, machine, best, workload, budgets)
+        summary = simulate(model, machine, best, real_workload, budgets).summary if len(model.units) < 2000 else \
+            fast_simulate(model, machine, best, real_workload, budgets)
         for name, p in base.items():
             if not isinstance(p, str):
-                s = fast_simulate(model, machine, p, workload, budgets)
+                s = fast_simulate(model, machine, p, real_workload, budgets)
                 base_times[name] = {"time_per_token_s": s["time_per_token_s"], "total_s": s["total_s"]}
     return PlanReport(best, summary, bound, base_times, n, time.perf_counter() - t0)
 

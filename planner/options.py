@@ -43,7 +43,32 @@ def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "al
         scale = max(w.new_tokens - 1, 1) if phase == "decode" else 1
         out.append((np.bincount(sch.unit[keep], minlength=n) / scale,
                     np.bincount(sch.unit[keep], weights=sch.compute_s[keep], minlength=n) / scale))
-    return Usage(uses=out[0][0], gpu_s=out[0][1], cpu_s=out[1][1])
+    uses, gpu_s, cpu_s = out[0][0], out[0][1], out[1][1]
+    if model.is_moe:  # plan on expected expert use, not on the draws the evaluation will see
+        uses, gpu_s, cpu_s = _expected_expert_use(model, machine, w, phase, uses.copy(), gpu_s.copy(), cpu_s.copy())
+    return Usage(uses=uses, gpu_s=gpu_s, cpu_s=cpu_s)
+
+
+def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
+    from sim.compute import cpu_compute_s, gpu_compute_s
+    from sim.routing import ExpertRouter
+    router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew)
+    decode_steps = max(w.new_tokens - 1, 0)
+    for i, u in enumerate(model.units):
+        if u.expert is None:
+            continue
+        q = router.pick_probability(u.block)[u.expert]
+        p_dec = 1 - (1 - q) ** w.batch
+        p_pre = 1 - (1 - q) ** (w.batch * w.prompt_tokens)
+        tok_pre = max(1, round(w.batch * w.prompt_tokens * q))
+        if phase == "decode":
+            n_dec, n_pre = p_dec, 0.0
+        else:
+            n_dec, n_pre = decode_steps * p_dec, p_pre
+        uses[i] = n_dec + n_pre
+        gpu_s[i] = n_dec * gpu_compute_s(u, machine, 1, 1, 0) + n_pre * gpu_compute_s(u, machine, tok_pre, 1, 0)
+        cpu_s[i] = n_dec * cpu_compute_s(u, machine, 1, 1, 0) + n_pre * cpu_compute_s(u, machine, tok_pre, 1, 0)
+    return uses, gpu_s, cpu_s
 
 
 @dataclass(frozen=True)

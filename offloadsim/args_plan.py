@@ -1,0 +1,28 @@
+"""Arguments of `plan` and `pareto`."""
+from __future__ import annotations
+
+import argparse
+
+from offloadsim.args_sim import add_workload
+
+
+def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
+    p = sub.add_parser("plan", help="choose where every unit lives under the budgets; compare with every baseline")
+    model_args(p)
+    machine_args(p)
+    add_workload(p)
+    p.add_argument("--objective", choices=["token", "total"], default="token",
+                   help="minimise the time per output token (default) or the request's total time")
+    p.add_argument("--time-budget", type=float, default=None, help="seconds of search (default by model size)")
+    p.add_argument("--out", default=None, help="write the plan JSON (the validation engine consumes it)")
+    p.add_argument("--export", choices=["accelerate", "llamacpp"], default=None, help="print an engine's arguments")
+    p.add_argument("--explain", action="store_true", help="per-unit placement and stall contribution")
+    p.add_argument("--json", action="store_true")
+
+    q = sub.add_parser("pareto", help="predicted time per token against the VRAM and RAM budgets, every planner")
+    model_args(q)
+    machine_args(q)
+    add_workload(q)
+    q.add_argument("--points", type=int, default=7, help="budgets per sweep")
+    q.add_argument("--out", default="pareto.png", help="figure (PNG or SVG)")
+    q.add_argument("--json", action="store_true")

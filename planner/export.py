@@ -1,0 +1,68 @@
+"""Exports of a plan for the engines that can take one: Accelerate's device_map and max_memory, llama.cpp's
+-ngl/-ot arguments. Where an engine cannot express a placement (streaming, per-expert tiers) the export takes the
+nearest one it can and says so in `notes`."""
+from __future__ import annotations
+
+import re
+
+from sim.memory import activation_bytes, kv_cache_bytes
+from sim.plan import Plan, Workload
+from sim.shapes import ModelShape
+
+GiB = 2**30
+
+
+def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes: int, ram_bytes: int) -> dict:
+    """{'device_map': {module: 0 | 'cpu' | 'disk'}, 'max_memory': {0: '..GiB', 'cpu': '..GiB'}, 'notes': [...]}."""
+    tiers = plan.tiers()
+    device_map, notes = {}, []
+    for u in model.units:
+        p = tiers[u.name]
+        dev = 0 if p.tier == "vram" else "disk" if p.tier.startswith("disk") else "cpu"
+        for module in u.modules:
+            device_map[module] = dev
+    if any(p.compute == "cpu" for p in plan.placements):
+        notes.append("Accelerate computes offloaded modules on the GPU; units the plan computes on the CPU are "
+                     "mapped to 'cpu' (offloaded) and will be copied in each forward.")
+    if any(p.tier in ("ram_compressed", "disk_compressed") for p in plan.placements):
+        notes.append("Accelerate has no lossless compressed tier; compressed units are mapped to their raw tier.")
+    weights_gpu = sum(u.nbytes for u in model.units if tiers[u.name].tier == "vram")
+    headroom = kv_cache_bytes(model, workload) + activation_bytes(model, workload)
+    max_memory = {0: f"{(weights_gpu + headroom) / GiB:.2f}GiB", "cpu": f"{ram_bytes / GiB:.2f}GiB"}
+    return {"device_map": device_map, "max_memory": max_memory, "notes": notes}
+
+
+def to_llamacpp(model: ModelShape, plan: Plan) -> dict:
+    """{'args': [...], 'ngl': N, 'ot': [...], 'notes': [...]}: all layers offloaded (-ngl 999) with -ot rules
+    sending CPU-placed blocks, expert tensors and the output head to the CPU."""
+    tiers = plan.tiers()
+    on_gpu: dict[int, list[bool]] = {}
+    experts_gpu: dict[int, list[bool]] = {}
+    head_gpu, notes = True, []
+    for u in model.units:
+        p = tiers[u.name]
+        gpu = p.tier == "vram"
+        if p.tier != "vram" and p.compute == "gpu":
+            notes.append("llama.cpp does not stream weights: streamed units are computed on the CPU instead.")
+        if u.kind == "lm_head":
+            head_gpu = gpu
+        elif u.kind == "expert":
+            experts_gpu.setdefault(u.block, []).append(gpu)
+        elif u.kind != "embedding":
+            on_gpu.setdefault(u.block, []).append(gpu)
+    cpu_blocks = sorted(b for b, flags in on_gpu.items() if not all(flags))
+    cpu_experts = sorted(b for b, flags in experts_gpu.items() if sum(flags) * 2 < len(flags) and b not in cpu_blocks)
+    if any(0 < sum(f) < len(f) for f in experts_gpu.values()):
+        notes.append("GGUF stores a layer's experts in one tensor: a block's experts go where most of them are.")
+    ot = []
+    if cpu_blocks:
+        ot.append(f"blk\\.({'|'.join(map(str, cpu_blocks))})\\.=CPU")
+    if cpu_experts:
+        ot.append(f"blk\\.({'|'.join(map(str, cpu_experts))})\\.ffn_(up|down|gate)_exps\\.=CPU")
+    if not head_gpu:
+        ot.append("output\\.weight=CPU")
+    args = ["-ngl", "999"]
+    for rule in ot:
+        re.compile(rule)  # every rule must be a valid regex
+        args += ["-ot", rule]
+    return {"args": args, "ngl": 999, "ot": ot, "notes": sorted(set(notes))}
