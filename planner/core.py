@@ -11,7 +11,7 @@ from hwmodels.specs import MachineSpec
 from planner.baselines import baseline_plans
 from planner.milp import solve
 from planner.options import OPTIONS, groups, option_costs, usage
-from planner.search import best_settings, local_search, score, spread
+from planner.search import EXACT_LIMIT, LOADER_SETTINGS, best_settings, exact, local_search, score, spread
 from sim.equations import Codec, machine_codec
 from sim.memory import activation_bytes, kv_cache_bytes, min_vram_bytes
 from sim.plan import Budgets, Placement, Plan, Workload
@@ -124,12 +124,21 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
         if isinstance(p, str):
             base_times[name] = {"error": p}
             continue
-        t = score(model, machine, p, workload, budgets, objective)
         base_times[name] = {}
-        allowed = (tiers is None and allow_cpu) or all((q.tier, q.compute) in options for q in p.placements)
-        if allowed and t is not None:
-            starts.append((p.model_copy(update={"policy": "planner", "codec": codec}), t))
+        assign = [(q.tier, q.compute) for q in p.placements]
+        if all(a in options for a in assign):  # the baseline's placement with the planner's loader settings
+            q, t = best_settings(model, machine, assign, workload, budgets, codec, objective)
+            if q is not None:
+                starts.append((q, t))
+        if tiers is None and allow_cpu:  # and the baseline itself, runtime and all
+            t = score(model, machine, p, workload, budgets, objective)
+            if t is not None:
+                starts.append((p.model_copy(update={"policy": "planner", "codec": codec}), t))
         n += 1
+    if len(options) ** len(model.units) * len(LOADER_SETTINGS) <= EXACT_LIMIT:  # small: search it all
+        p, t = exact(model, machine, workload, budgets, options, codec, objective)
+        if p is not None:
+            starts.append((p, t))
     if not starts:
         return PlanReport(_infeasible(model, machine, workload, budgets), baselines=base_times, lower_bound_s=bound,
                           candidates=n, seconds=time.perf_counter() - t0)

@@ -95,7 +95,9 @@ def local_search(model, machine, starts: list[tuple[Plan, float]], w, budgets, g
                 plan = build(model, machine, trial, (best.prefetch_depth, best.vram_slots, best.pinned_slots),
                              best.codec).model_copy(update={"gpu_offload_min_tokens": best.gpu_offload_min_tokens})
                 t = score(model, machine, plan, w, budgets, objective)
-                if t is not None and t < best_t * (1 - 1e-9):
+                if t is None:  # over budget with these settings: maybe with fewer staging slots
+                    plan, t = best_settings(model, machine, trial, w, budgets, best.codec, objective)
+                if plan is not None and t is not None and t < best_t * (1 - 1e-9):
                     best, best_t, improved = plan, t, True
                     break
             if not improved:
@@ -111,20 +113,17 @@ def local_search(model, machine, starts: list[tuple[Plan, float]], w, budgets, g
     return overall, overall_t
 
 
+EXACT_LIMIT = 30_000  # assignments x loader settings searched exhaustively
+
+
 def exact(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, options: list[tuple[str, str]],
-          codec: Codec | None, lower: float) -> tuple[Plan | None, float]:
-    """Every assignment x loader setting, skipping those over budget; stops early if one reaches `lower`."""
+          codec: Codec | None, objective: str = "token") -> tuple[Plan | None, float]:
+    """Every assignment x loader setting that fits the budgets, scored by the fast evaluator (small instances)."""
     best, best_t = None, float("inf")
     for combo in itertools.product(options, repeat=len(model.units)):
         for s in LOADER_SETTINGS:
             plan = build(model, machine, list(combo), s, codec)
-            try:
-                check_plan(model, plan, w, budgets)
-            except PlanError:
-                continue
-            t = score(model, machine, plan, w, budgets, "total")
+            t = score(model, machine, plan, w, budgets, objective)
             if t is not None and t < best_t:
                 best, best_t = plan, t
-                if best_t <= lower * (1 + 1e-12):
-                    return best, best_t
     return best, best_t

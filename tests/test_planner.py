@@ -1,0 +1,104 @@
+"""The planner: optimal on small instances (against brute force), never over budget, infeasible budgets explained,
+never worse than a baseline, exports well formed."""
+import itertools
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hwmodels import get_machine
+from planner import plan, plan_with_report
+from planner.export import to_accelerate, to_llamacpp
+from planner.search import LOADER_SETTINGS, build
+from sim.memory import PlanError, check_plan, memory_use
+from sim.models import load_model
+from sim.plan import Budgets, Workload
+from sim.simulate import fast_simulate
+from tests.conftest import TOY
+from tests.toys import toy_model
+
+THREE = ("vram", "ram_pinned", "disk_raw")
+
+
+def brute_force(model, w, budgets):
+    best = float("inf")
+    for combo in itertools.product([(t, "gpu") for t in THREE], repeat=len(model.units)):
+        for s in LOADER_SETTINGS:
+            p = build(model, TOY, list(combo), s, None)
+            try:
+                check_plan(model, p, w, budgets)
+            except PlanError:
+                continue
+            best = min(best, fast_simulate(model, TOY, p, w, budgets)["time_per_token_s"])
+    return best
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 40), min_size=2, max_size=6), st.integers(0, 80), st.integers(40, 200),
+       st.integers(1, 3))
+def test_planner_matches_brute_force_optimum(sizes, vram, ram, tokens):
+    model = toy_model(tuple(sizes))
+    w = Workload(prompt_tokens=1, new_tokens=tokens + 1)
+    budgets = Budgets(vram_bytes=max(sizes) * 2 + vram, ram_bytes=ram + 3 * max(sizes), pinned_bytes=ram // 2 + 2 * max(sizes))
+    optimum = brute_force(model, w, budgets)
+    got = plan(model, TOY, w, budgets, tiers=THREE, allow_cpu=False, time_budget_s=5.0)
+    if optimum == float("inf"):
+        assert not got.feasible
+        return
+    assert got.feasible
+    assert fast_simulate(model, TOY, got, w, budgets)["time_per_token_s"] == pytest.approx(optimum, rel=1e-9)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from(["qwen3-14b", "mixtral-8x7b"]), st.floats(1.5, 30), st.floats(8, 120), st.integers(1, 4))
+def test_plan_never_exceeds_budgets(name, vram_gib, ram_gib, batch):
+    model, machine = load_model(name), get_machine("desktop-4090")
+    w = Workload(batch=batch, prompt_tokens=32, new_tokens=3)
+    budgets = Budgets.of(machine, vram=int(vram_gib * 2**30), ram=int(ram_gib * 2**30))
+    p = plan(model, machine, w, budgets, time_budget_s=0.3)
+    if not p.feasible:
+        assert "raise --" in p.reason
+        return
+    m = memory_use(model, p, w, budgets)
+    assert m.vram_bytes <= budgets.vram_bytes
+    assert m.pinned_bytes <= budgets.pinned_bytes
+    assert m.ram_weights_bytes + m.pinned_bytes <= budgets.ram_bytes
+
+
+def test_infeasible_budget_is_explained():
+    model, machine = load_model("qwen3-14b"), get_machine("rtx3080-laptop")
+    p = plan(model, machine, Workload(), Budgets.of(machine, vram=2**30))
+    assert not p.feasible
+    assert re.search(r"needs at least \d+\.\d\d GiB of VRAM .* staging slot for the largest unit 1\.45 GiB .* KV cache", p.reason)
+
+
+@pytest.mark.parametrize("machine, vram_gib", [("rtx3080-laptop", 4), ("desktop-4090", 12), ("t4-cloud", 8)])
+def test_planner_never_worse_than_best_baseline(machine, vram_gib):
+    m, q = get_machine(machine), load_model("qwen3-14b")
+    rep = plan_with_report(q, m, Workload(new_tokens=8), Budgets.of(m, vram=vram_gib * 2**30))
+    best = min(v["time_per_token_s"] for v in rep.baselines.values() if "time_per_token_s" in v)
+    assert rep.summary["time_per_token_s"] <= best * (1 + 1e-9)
+    assert rep.summary["total_s"] >= rep.lower_bound_s * (1 - 1e-9)
+
+
+def test_larger_vram_budget_never_slower():
+    m, q = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
+    w = Workload(new_tokens=8)
+    times = [plan_with_report(q, m, w, Budgets.of(m, vram=v * 2**30)).summary["time_per_token_s"] for v in (3, 5, 7)]
+    assert times[0] >= times[1] * (1 - 1e-6) and times[1] >= times[2] * (1 - 1e-6)
+
+
+def test_exports():
+    m, q = get_machine("desktop-4090"), load_model("mixtral-8x7b")
+    w = Workload(new_tokens=4)
+    p = plan(q, m, w, Budgets.of(m, vram=16 * 2**30), time_budget_s=0.5)
+    acc = to_accelerate(q, p, w, 16 * 2**30, 90 * 2**30)
+    assert set(acc["device_map"].values()) <= {0, "cpu", "disk"}
+    assert len(acc["device_map"]) == sum(len(u.modules) for u in q.units)
+    assert acc["max_memory"]["cpu"].endswith("GiB")
+    llama = to_llamacpp(q, p)
+    assert llama["args"][:2] == ["-ngl", "999"]
+    for rule in llama["ot"]:
+        pattern, target = rule.rsplit("=", 1)
+        re.compile(pattern)
+        assert target == "CPU"
