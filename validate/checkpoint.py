@@ -1,0 +1,47 @@
+"""Random-weight Hugging Face checkpoints made from a config with transformers (no hub), small or full size."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hwmodels.units import InputError
+from sim.models import preset_config
+
+
+def make_config(preset: str, **overrides) -> dict:
+    """A preset's config.json with overrides such as num_hidden_layers or hidden_size (None values ignored)."""
+    cfg = preset_config(preset)
+    cfg.pop("_name_or_path", None)
+    for key, value in overrides.items():
+        if value is not None:
+            cfg[key] = value
+    if "hidden_size" in overrides and overrides["hidden_size"] and "head_dim" in cfg:
+        cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+    return cfg
+
+
+def make_checkpoint(cfg: dict, out: Path, seed: int = 0, device: str = "cpu") -> Path:
+    """Write config.json and safetensors with random weights (std 0.02) through transformers' save_pretrained."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = Path(out)
+    if out.exists() and any(out.glob("*.safetensors")):
+        raise InputError(f"out: {str(out)!r} already holds a checkpoint; choose an empty folder.")
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if not k.startswith("_")})
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+            else:
+                p.normal_(1.0, 0.02)
+    tmp = out.with_name(out.name + ".partial")
+    model.save_pretrained(tmp, max_shard_size="4GB")
+    cfg_written = json.loads((tmp / "config.json").read_text())
+    cfg_written["model_type"] = cfg["model_type"]
+    (tmp / "config.json").write_text(json.dumps(cfg_written, indent=1))
+    tmp.rename(out)
+    return out

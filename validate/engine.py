@@ -1,0 +1,349 @@
+"""The streaming engine: executes a plan for real and records every stage with the simulator's event schema.
+
+Resident units live on the device; streamed units go reader thread -> unpack thread (zstd workers) -> copier thread
+(a dedicated CUDA stream into VRAM slots) while the compute thread runs layers on the compute stream, waiting on CUDA
+events. Items, prefetch window and slots follow the same schedule the simulator uses. On a CPU-only machine the
+device is the CPU and the copy stage is a host copy.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hwmodels.specs import MachineSpec
+from sim.events import Event
+from sim.plan import Budgets, Plan, Workload
+from sim.schedule import CPU_READ, GPU_LOAD, build_schedule
+from sim.shapes import ModelShape
+from validate import model as M
+from validate.store import decompress_into, drop_cache, file_meta, read_bytes, read_into, views
+
+UNLIMITED = Budgets(vram_bytes=2**62, ram_bytes=2**62, pinned_bytes=2**62)
+
+
+@dataclass
+class RunResult:
+    tokens: torch.Tensor          # [batch, new_tokens]
+    logits: list[torch.Tensor]    # per step, [batch, vocab] float32 on the CPU
+    events: list[Event]
+    ttft_s: float
+    time_per_token_s: float
+    total_s: float
+
+
+class _Clock:
+    """Host perf_counter and CUDA events on one timeline (seconds from the run's start)."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        if cuda:
+            torch.cuda.synchronize()
+            self.base = torch.cuda.Event(enable_timing=True)
+            self.base.record()
+            torch.cuda.synchronize()
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def event(self, stream=None):
+        if not self.cuda:
+            return self.now()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(stream)
+        return ev
+
+    def seconds(self, ev) -> float:
+        return ev if not self.cuda else self.base.elapsed_time(ev) / 1e3
+
+
+class Engine:
+    def __init__(self, store: Path, config: dict, shape: ModelShape, plan: Plan, machine: MachineSpec,
+                 device: str | None = None, unpack_threads: int = 4):
+        self.store, self.shape, self.plan = Path(store), shape, plan
+        self.arch = M.Arch.from_config(config)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.cuda = self.device.type == "cuda"
+        self.machine = machine
+        self.unpack_threads = unpack_threads
+        index = __import__("json").loads((self.store / "store.json").read_text())["units"]
+        self.files = {n: e for n, e in index.items()}
+        self.meta = {n: file_meta(self.store / e["raw"]) for n, e in index.items()}
+        self.zmeta = {n: file_meta(self.store / e["zst"]) for n, e in index.items() if "zst" in e}
+        self.tiers = plan.tiers()
+        self._materialize()
+
+    # -- placement -------------------------------------------------------------------------------------------
+    def _host_buffer(self, nbytes: int, pinned: bool) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned and self.cuda)
+
+    def _materialize(self) -> None:
+        """Resident units on the device, RAM tiers in host memory (pinned, pageable or compressed), slots."""
+        self.resident: dict[str, dict] = {}
+        self.host: dict[str, torch.Tensor] = {}
+        self.packed: dict[str, np.ndarray] = {}
+        for u in self.shape.units:
+            p, meta = self.tiers[u.name], self.meta[u.name]
+            path = self.store / self.files[u.name]["raw"]
+            if p.tier == "vram":
+                buf = self._host_buffer(meta["nbytes"], False)
+                read_into(path, meta, buf)
+                self.resident[u.name] = views(buf.to(self.device), meta["layout"])
+            elif p.tier in ("ram_pinned", "ram_pageable"):
+                buf = self._host_buffer(meta["nbytes"], p.tier == "ram_pinned")
+                read_into(path, meta, buf)
+                self.host[u.name] = buf
+            elif p.tier == "ram_compressed":
+                self.packed[u.name] = read_bytes(self.store / self.files[u.name]["zst"], self.zmeta[u.name])
+        sch_units = [u.name for u in self.shape.units if self.tiers[u.name].tier != "vram"]
+        slot = max((self.meta[n]["nbytes"] for n in sch_units), default=0)
+        self.vram_slots = [torch.empty(slot, dtype=torch.uint8, device=self.device) for _ in range(self.plan.vram_slots)] if slot else []
+        staged = [n for n in sch_units if self.tiers[n].tier in ("ram_compressed", "disk_raw", "disk_compressed")]
+        pslot = max((self.meta[n]["nbytes"] for n in staged), default=0)
+        self.pinned_slots = [self._host_buffer(pslot, True) for _ in range(max(self.plan.pinned_slots, 1))] if pslot else []
+
+    def drop_page_cache(self) -> None:
+        for e in self.files.values():
+            for key in ("raw", "zst"):
+                if key in e:
+                    drop_cache(self.store / e[key])
+
+    # -- the run -------------------------------------------------------------------------------------------------
+    def run(self, w: Workload, prompt: torch.Tensor | None = None, cold: bool = False) -> RunResult:
+        sch = build_schedule(self.shape, self.machine, self.plan, w, UNLIMITED)
+        n = len(sch)
+        units, steps = sch.unit.tolist(), sch.step.tolist()
+        load, read_b, unpack_s, pin = sch.load.tolist(), sch.read_bytes.tolist(), sch.unpack_s.tolist(), sch.pinned_slot.tolist()
+        on_cpu = sch.on_cpu.tolist()
+        names = [u.name for u in self.shape.units]
+        if prompt is None:
+            prompt = torch.randint(0, self.shape.vocab, (w.batch, w.prompt_tokens), generator=torch.Generator().manual_seed(w.seed))
+        if cold:
+            self.drop_page_cache()
+        caches = {}
+        for u in self.shape.units:
+            if u.kind == "decoder":
+                dev = "cpu" if self.tiers[u.name].compute == "cpu" else self.device
+                caches[u.name] = M.KVCache(self.arch, w.batch, w.prompt_tokens + w.new_tokens, dev, torch.bfloat16)
+        clock = _Clock(self.cuda)
+        copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
+        compute_stream = torch.cuda.current_stream(self.device) if self.cuda else None
+        started = [threading.Event() for _ in range(n)]
+        finished = [threading.Event() for _ in range(n)]
+        host_done = [threading.Event() for _ in range(n)]
+        unpacked = [threading.Event() for _ in range(n)]
+        ready = [threading.Event() for _ in range(n)]
+        ready_ev: list = [None] * n
+        staging: list = [None] * n      # host buffer holding the item's bytes after read/unpack
+        slot_of: list = [None] * n
+        records: list[tuple] = []       # (i, stage, resource, start, end, nbytes, detail), CUDA events resolved later
+        loads = [i for i in range(n) if load[i]]
+        pinned_pool: queue.Queue = queue.Queue()
+        for b in self.pinned_slots:
+            pinned_pool.put(b)
+        vram_pool: queue.Queue = queue.Queue()
+        for b in self.vram_slots:
+            vram_pool.put((b, None))
+        d = self.plan.prefetch_depth
+        errors: list[BaseException] = []
+        sync_each = d == 0 or not self.plan.overlap_copy
+
+        def gate(k: int) -> None:
+            i = loads[k]
+            if d == 0:
+                if i > 0:
+                    finished[i - 1].wait()
+            elif k >= d:
+                started[loads[k - d]].wait()
+            if sch.gate[i] >= 0:
+                finished[int(sch.gate[i])].wait()
+
+        def guarded(fn):
+            def inner():
+                try:
+                    fn()
+                except BaseException as exc:  # surfaced by the compute thread
+                    errors.append(exc)
+                    for e in ready + host_done + unpacked:
+                        e.set()
+            return inner
+
+        def reader():
+            for k, i in enumerate(loads):
+                if not (read_b[i] > 0 or pin[i]):
+                    continue
+                gate(k)
+                name = names[units[i]]
+                tier = self.tiers[name].tier
+                if pin[i]:
+                    staging[i] = pinned_pool.get()
+                if read_b[i] > 0:
+                    t0 = clock.now()
+                    if tier == "disk_compressed":
+                        staging[i] = (staging[i], read_bytes(self.store / self.files[name]["zst"], self.zmeta[name]))
+                    else:
+                        buf = staging[i] if staging[i] is not None else self._host_buffer(self.meta[name]["nbytes"], False)
+                        read_into(self.store / self.files[name]["raw"], self.meta[name], buf)
+                        staging[i] = buf
+                    records.append((i, "read", "storage", t0, clock.now(), read_b[i], ""))
+                host_done[i].set()
+
+        pool = ThreadPoolExecutor(self.unpack_threads)
+
+        def unpacker():
+            for k, i in enumerate(loads):
+                if unpack_s[i] <= 0:
+                    continue
+                if read_b[i] > 0 or pin[i]:
+                    host_done[i].wait()
+                else:
+                    gate(k)
+                name = names[units[i]]
+                src = staging[i]
+                dest, packed = (src if isinstance(src, tuple) else (src, self.packed[name]))
+                if dest is None:
+                    dest = self._host_buffer(self.meta[name]["nbytes"], False)
+                t0 = clock.now()
+                decompress_into(packed, self.zmeta[name], dest, pool)
+                records.append((i, "unpack", "unpack", t0, clock.now(), self.meta[name]["nbytes"], ""))
+                staging[i] = dest
+                unpacked[i].set()
+
+        def copier():
+            for k, i in enumerate(loads):
+                name = names[units[i]]
+                if unpack_s[i] > 0:
+                    unpacked[i].wait()
+                elif read_b[i] > 0 or pin[i]:
+                    host_done[i].wait()
+                else:
+                    gate(k)
+                if errors:
+                    return
+                src = staging[i] if staging[i] is not None else self.host.get(name)
+                if load[i] == CPU_READ:
+                    staging[i] = src
+                    ready[i].set()
+                    continue
+                if not self.plan.overlap_copy and i > 0:
+                    finished[i - 1].wait()
+                slot, done = vram_pool.get()
+                nbytes = self.meta[name]["nbytes"]
+                if self.cuda:
+                    with torch.cuda.stream(copy_stream):
+                        if done is not None:
+                            copy_stream.wait_event(done)
+                        e0 = clock.event(copy_stream)
+                        slot[:nbytes].copy_(src[:nbytes], non_blocking=True)
+                        e1 = clock.event(copy_stream)
+                    records.append((i, "copy", "copy", e0, e1, nbytes, ""))
+                    ready_ev[i] = e1
+                    if pin[i]:
+                        e1.synchronize()
+                else:
+                    t0 = clock.now()
+                    slot[:nbytes].copy_(src[:nbytes])
+                    records.append((i, "copy", "copy", t0, clock.now(), nbytes, ""))
+                slot_of[i] = slot
+                if pin[i]:
+                    pinned_pool.put(staging[i])
+                ready[i].set()
+
+        threads = [threading.Thread(target=guarded(f), daemon=True) for f in (reader, unpacker, copier)]
+        for t in threads:
+            t.start()
+        logits: list[torch.Tensor] = []
+        tokens = []
+        x = None
+        try:
+            with torch.inference_mode():
+                for i in range(n):
+                    s, name = steps[i], names[units[i]]
+                    u = self.shape.units[units[i]]
+                    if load[i]:
+                        ready[i].wait()
+                        if errors:
+                            raise errors[0]
+                        if self.cuda and ready_ev[i] is not None:
+                            compute_stream.wait_event(ready_ev[i])
+                    if load[i] == GPU_LOAD:
+                        w_ = views(slot_of[i], self.meta[name]["layout"])
+                    elif name in self.resident:
+                        w_ = self.resident[name]
+                    else:
+                        buf = staging[i] if staging[i] is not None else self.host[name]
+                        w_ = views(buf, self.meta[name]["layout"])
+                    dev = torch.device("cpu") if on_cpu[i] else self.device
+                    started[i].set()
+                    e0 = clock.event(compute_stream if dev.type == "cuda" else None) if dev.type == "cuda" else clock.now()
+                    if u.kind == "embedding":
+                        ids = prompt if s == 0 else tokens[-1][:, None]
+                        x = M.embed(ids.to(dev), w_)
+                        start = 0 if s == 0 else w.prompt_tokens + s - 1
+                        pos = torch.arange(start, start + ids.shape[1], device=self.device)
+                        cos, sin = M.rope(pos, self.arch, torch.bfloat16)
+                    elif u.kind == "decoder":
+                        x = M.decoder_layer(x.to(dev), w_, self.arch, caches[name], start, cos.to(dev), sin.to(dev))
+                    else:
+                        out = M.head(x.to(dev), w_, self.arch)
+                        logits.append(out.to("cpu"))
+                        tokens.append(out.argmax(-1).to(self.device))
+                    if dev.type == "cuda":
+                        e1 = clock.event(compute_stream)
+                        records.append((i, "compute", "gpu", e0, e1, 0.0, ""))
+                        if load[i] == GPU_LOAD:
+                            vram_pool.put((slot_of[i], e1))
+                        if sync_each:
+                            e1.synchronize()
+                    else:
+                        records.append((i, "compute", "cpu" if on_cpu[i] else "gpu", e0, clock.now(), 0.0, ""))
+                        if load[i] == GPU_LOAD:
+                            vram_pool.put((slot_of[i], None))
+                    finished[i].set()
+                    if load[i] == CPU_READ and staging[i] is not None and pin[i]:
+                        pinned_pool.put(staging[i])
+            if self.cuda:
+                torch.cuda.synchronize()
+        finally:
+            for e in started + finished + ready + host_done + unpacked:
+                e.set()
+            for t in threads:
+                t.join(timeout=60)
+            pool.shutdown()
+        if errors:
+            raise errors[0]
+        events = self._events(records, clock, sch, names)
+        comp = {}
+        for e in events:
+            if e.stage == "compute":
+                comp[e.token] = max(comp.get(e.token, 0.0), e.end_s)
+        ends = [comp[s] for s in sorted(comp)]
+        ttft = ends[0]
+        tpot = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else ttft
+        return RunResult(torch.stack([t.cpu() for t in tokens], dim=1), logits, events, ttft, tpot, ends[-1])
+
+    @staticmethod
+    def _events(records, clock: _Clock, sch, names) -> list[Event]:
+        out = []
+        for i, stage, res, a, b, nbytes, detail in records:
+            start = clock.seconds(a) if not isinstance(a, float) else a
+            end = clock.seconds(b) if not isinstance(b, float) else b
+            out.append(Event(int(sch.step[i]), names[int(sch.unit[i])], stage, res, start, end, float(nbytes), detail))
+        out.sort(key=lambda e: (e.start_s, e.end_s))
+        # waits: the compute lane idle before a loaded item's compute
+        prev_end = 0.0
+        waits = []
+        comps = sorted((e for e in out if e.stage == "compute"), key=lambda e: e.start_s)
+        loaded = {(int(sch.step[i]), names[int(sch.unit[i])]) for i in range(len(sch)) if sch.load[i]}
+        for e in comps:
+            if (e.token, e.unit) in loaded and e.start_s > prev_end + 1e-6:
+                waits.append(Event(e.token, e.unit, "wait", f"{e.resource}_wait", prev_end, e.start_s))
+            prev_end = max(prev_end, e.end_s)
+        return sorted(out + waits, key=lambda e: (e.start_s, e.end_s))
