@@ -34,3 +34,5 @@ def add_all(sub: argparse._SubParsersAction) -> None:
     add_sim(sub, _model, _machine)
     from offloadsim.args_plan import add_plan
     add_plan(sub, _model, _machine)
+    from offloadsim.args_validate import add_validate
+    add_validate(sub)

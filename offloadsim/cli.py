@@ -29,7 +29,7 @@ def emit(args: argparse.Namespace, data: dict | list, text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from offloadsim import commands, commands_plan, commands_sim  # noqa: F401  (registers handlers)
+    from offloadsim import commands, commands_plan, commands_sim, commands_validate  # noqa: F401  (registers handlers)
     from offloadsim.args import add_all
 
     p = argparse.ArgumentParser(prog="offloadsim", description="Simulate, plan and validate weight streaming "

@@ -60,11 +60,13 @@ def _planes(blob: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blob.reshape(-1, 2).T).reshape(-1)
 
 
-def build_store(checkpoint: Path, shape: ModelShape, out: Path, compress: bool = True, level: int = 3) -> dict:
+def build_store(checkpoint: Path, shape: ModelShape, out: Path, compress: bool = True, level: int = 3,
+                threads: int = 4) -> dict:
     """Write `<unit>.raw.safetensors` (and `<unit>.zst.safetensors`) for every unit, plus store.json."""
     import zstandard
 
     out.mkdir(parents=True, exist_ok=True)
+    pool = ThreadPoolExecutor(threads)
     index = {"units": {}}
     for name, tensors in unit_tensors(checkpoint, shape).items():
         if not tensors:
@@ -76,13 +78,14 @@ def build_store(checkpoint: Path, shape: ModelShape, out: Path, compress: bool =
         entry = {"nbytes": size, "raw": f"{name}.raw.safetensors"}
         if compress:
             planes = _planes(blob)
-            cctx = zstandard.ZstdCompressor(level=level)
-            chunks = [cctx.compress(planes[i:i + CHUNK].tobytes()) for i in range(0, len(planes), CHUNK)]
+            chunks = list(pool.map(lambda i: zstandard.ZstdCompressor(level=level).compress(planes[i:i + CHUNK].tobytes()),
+                                   range(0, len(planes), CHUNK)))
             packed = np.frombuffer(b"".join(chunks), dtype=np.uint8).copy()
             cmeta = dict(meta, chunks=json.dumps([len(c) for c in chunks]))
             save_file({"blob": torch.from_numpy(packed)}, str(out / f"{name}.zst.safetensors"), metadata=cmeta)
             entry.update(zst=f"{name}.zst.safetensors", stored_nbytes=int(packed.size))
         index["units"][name] = entry
+    pool.shutdown()
     (out / "store.json").write_text(json.dumps(index, indent=1))
     return index
 

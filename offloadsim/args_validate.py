@@ -1,0 +1,40 @@
+"""Arguments of make-checkpoint, calibrate and validate (torch is imported only when they run)."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_validate(sub: argparse._SubParsersAction) -> None:
+    m = sub.add_parser("make-checkpoint", help="write a random-weight Hugging Face checkpoint from a preset's config")
+    m.add_argument("--preset", required=True, help="model preset, e.g. qwen3-14b or llama-3.1-8b")
+    m.add_argument("--layers", type=int, default=None, help="num_hidden_layers")
+    m.add_argument("--hidden", type=int, default=None, help="hidden_size")
+    m.add_argument("--intermediate", type=int, default=None, help="intermediate_size")
+    m.add_argument("--heads", type=int, default=None, help="num_attention_heads")
+    m.add_argument("--kv-heads", type=int, default=None, help="num_key_value_heads")
+    m.add_argument("--vocab", type=int, default=None, help="vocab_size")
+    m.add_argument("--device", default="cpu", help="where to initialise the weights (cpu or cuda)")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--out", required=True, help="empty folder to write")
+
+    c = sub.add_parser("calibrate", help="measure this machine and write a profile for simulate/plan/validate")
+    c.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    c.add_argument("--base", default="h200-testbox", help="preset whose unmeasured values the profile keeps")
+    c.add_argument("--model", default="llama-3.1-8b", help="preset or config.json whose decoder layer is timed")
+    c.add_argument("--dir", default=".", help="folder on the disk to measure")
+    c.add_argument("--out", default="profile.json")
+
+    v = sub.add_parser("validate", help="run a plan on the engine and compare with the simulator")
+    v.add_argument("--checkpoint", required=True, help="Hugging Face checkpoint folder (config.json + safetensors)")
+    v.add_argument("--plan", required=True, help="plan JSON (offloadsim plan --out), or a policy name")
+    v.add_argument("--profile", default=None, help="machine profile JSON (offloadsim calibrate) or preset")
+    v.add_argument("--store", default=None, help="layer store folder (default: CHECKPOINT/.offloadsim-store)")
+    v.add_argument("--vram", default=None)
+    v.add_argument("--ram", default=None)
+    v.add_argument("--prompt-tokens", type=int, default=16)
+    v.add_argument("--new-tokens", type=int, default=4)
+    v.add_argument("--batch", type=int, default=1)
+    v.add_argument("--cold", action="store_true", help="drop the store's pages first")
+    v.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    v.add_argument("--out", default="validation", help="report folder")
+    v.add_argument("--json", action="store_true")

@@ -1,0 +1,208 @@
+"""`offloadsim calibrate`: measure this machine and write a profile (a MachineSpec plus how it was measured).
+
+Storage cold and warm reads by request size and threads, writes, host memcpy, pinned and pageable host-to-device
+copies by size (CUDA), codec decode speed by threads, and per-layer compute for decode and prefill fitted to the
+roofline (bandwidth, FLOP/s, overhead per launch). On a CPU-only machine the CPU plays the GPU and the link is memcpy.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from hwmodels.presets import load_machine
+from hwmodels.specs import MachineSpec
+
+MiB = 2**20
+
+
+def _best(fn, reps: int = 3) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def storage(folder: Path, nbytes: int, sizes=(MiB, 16 * MiB)) -> dict:
+    from validate.store import drop_cache
+    out = {}
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".calib-")
+    path = Path(name)
+    data = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
+    try:
+        t = time.perf_counter()
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        out["write_bytes_per_s"] = nbytes / (time.perf_counter() - t)
+        buf = bytearray(nbytes)
+
+        def read(size: int, threads: int = 1) -> float:
+            def part(k: int) -> None:
+                with open(path, "rb", buffering=0) as fh:
+                    lo, hi = k * nbytes // threads, (k + 1) * nbytes // threads
+                    fh.seek(lo)
+                    mv = memoryview(buf)[lo:hi]
+                    for off in range(0, hi - lo, size):
+                        fh.readinto(mv[off:off + size])
+            t = time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(part, range(threads)))
+            return nbytes / (time.perf_counter() - t)
+
+        for size in sizes:
+            drop_cache(path)
+            out[f"cold_read_{size // MiB}MiB_bytes_per_s"] = read(size)
+            out[f"warm_read_{size // MiB}MiB_bytes_per_s"] = read(size)
+        drop_cache(path)
+        out["cold_read_4threads_bytes_per_s"] = read(16 * MiB, 4)
+        big = f"{sizes[-1] // MiB}MiB"
+        out["cold_read_bytes_per_s"] = out[f"cold_read_{big}_bytes_per_s"]
+        out["cache_read_bytes_per_s"] = out[f"warm_read_{big}_bytes_per_s"]
+    finally:
+        path.unlink(missing_ok=True)
+    return out
+
+
+def memcpy(nbytes: int) -> float:
+    a = np.ones(nbytes, dtype=np.uint8)
+    b = np.empty_like(a)
+    return nbytes / _best(lambda: np.copyto(b, a))
+
+
+def h2d(sizes) -> dict:
+    out = {}
+    for size in sizes:
+        dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+        for pinned in (True, False):
+            host = torch.ones(size, dtype=torch.uint8, pin_memory=pinned)
+
+            def copy():
+                dev.copy_(host, non_blocking=True)
+                torch.cuda.synchronize()
+            copy()
+            out[f"{'pinned' if pinned else 'pageable'}_{size // MiB}MiB_bytes_per_s"] = size / _best(copy)
+    return out
+
+
+def codec(nbytes: int, threads=(1, 2, 4)) -> dict:
+    import zstandard
+    from validate.store import CHUNK, decompress_into, _planes
+    w = (torch.randn(nbytes // 2) * 0.02).to(torch.bfloat16).view(torch.uint8).numpy()
+    planes = _planes(w)
+    c = zstandard.ZstdCompressor(level=3)
+    chunks = [c.compress(planes[i:i + CHUNK].tobytes()) for i in range(0, len(planes), CHUNK)]
+    packed = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+    meta = {"chunks": [len(x) for x in chunks], "nbytes": nbytes}
+    dest = torch.empty(nbytes, dtype=torch.uint8)
+    out = {"ratio": packed.size / nbytes}
+    for n in threads:
+        with ThreadPoolExecutor(n) as pool:
+            out[f"decode_{n}threads_bytes_per_s"] = nbytes / _best(lambda: decompress_into(packed, meta, dest, pool))
+    assert torch.equal(dest, torch.from_numpy(w))
+    return out
+
+
+def compute(config: dict, device: str, batch_sizes=(1, 4), seqs=(1, 128)) -> dict:
+    """Time the engine's decoder layer on real-shape random weights: decode and prefill, fit the roofline."""
+    from sim.families import shape_from_config
+    from validate import model as M
+    arch = M.Arch.from_config(config)
+    unit = next(u for u in shape_from_config(config).units if u.kind == "decoder")
+    h, inter, d = arch.hidden, config["intermediate_size"], arch.head_dim
+    shapes = {"input_layernorm.weight": (h,), "post_attention_layernorm.weight": (h,),
+              "self_attn.q_proj.weight": (arch.heads * d, h), "self_attn.k_proj.weight": (arch.kv_heads * d, h),
+              "self_attn.v_proj.weight": (arch.kv_heads * d, h), "self_attn.o_proj.weight": (h, arch.heads * d),
+              "mlp.gate_proj.weight": (inter, h), "mlp.up_proj.weight": (inter, h), "mlp.down_proj.weight": (h, inter)}
+    if arch.qk_norm:
+        shapes.update({"self_attn.q_norm.weight": (d,), "self_attn.k_norm.weight": (d,)})
+    w = {k: (torch.randn(s, device=device) * 0.02).to(torch.bfloat16) for k, s in shapes.items()}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    out = {}
+    with torch.inference_mode():
+        for b in batch_sizes:
+            for s in seqs:
+                cache = M.KVCache(arch, b, s + 1, device, torch.bfloat16)
+                x = torch.randn(b, s, h, device=device).to(torch.bfloat16)
+                pos = torch.arange(s, device=device)
+                cos, sin = M.rope(pos, arch, torch.bfloat16)
+
+                def run():
+                    M.decoder_layer(x, w, arch, cache, 0, cos, sin)
+                    sync()
+                run()
+                out[f"layer_b{b}_s{s}_s"] = _best(run, 5)
+    t1 = out[f"layer_b1_s1_s"]
+    flops_pf = unit.flops(max(batch_sizes), max(seqs), 0)
+    t_pf = out[f"layer_b{max(batch_sizes)}_s{max(seqs)}_s"]
+    return {"measured": out, "layer_nbytes": unit.nbytes, "layer_launches": unit.launches,
+            "decode_bytes_per_s": unit.nbytes / t1, "prefill_flops_per_s": flops_pf / t_pf}
+
+
+def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict:
+    """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}."""
+    cuda = torch.cuda.is_available()
+    steps = ["storage", "memcpy", "link", "codec", "compute"]
+    meas: dict = {}
+    size = 64 * MiB if quick else 1024 * MiB
+    with tqdm(steps, desc="calibrate", unit="step") as bar:
+        for step in bar:
+            bar.set_postfix_str(step)
+            if step == "storage":
+                meas["storage"] = storage(folder, size)
+            elif step == "memcpy":
+                meas["memcpy_bytes_per_s"] = memcpy(size)
+            elif step == "link":
+                meas["link"] = h2d((16 * MiB, 128 * MiB) if quick else (16 * MiB, 128 * MiB, 512 * MiB)) if cuda else {}
+            elif step == "codec":
+                meas["codec"] = codec(16 * MiB if quick else 128 * MiB, (1, 2) if quick else (1, 2, 4, 8))
+            else:
+                meas["compute"] = compute(config, "cuda" if cuda else "cpu", (1,) if quick else (1, 4),
+                                          (1, 32) if quick else (1, 128, 512))
+    m = load_machine(base)
+    st, comp = meas["storage"], meas["compute"]
+    decode_s = comp["measured"]["layer_b1_s1_s"]
+    ideal = comp["layer_nbytes"] / (m.gpu.vram_bytes_per_s if cuda else m.cpu.memory_bytes_per_s)
+    overhead = max(decode_s - ideal, 0.0) / comp["layer_launches"]
+    over = {"storage.cold_read_bytes_per_s": st["cold_read_bytes_per_s"],
+            "storage.cache_read_bytes_per_s": max(st["cache_read_bytes_per_s"], st["cold_read_bytes_per_s"]),
+            "storage.write_bytes_per_s": st["write_bytes_per_s"],
+            "host_memory.memcpy_bytes_per_s": meas["memcpy_bytes_per_s"],
+            "cpu.unpack_bytes_per_s_per_thread": {"zstd": meas["codec"]["decode_1threads_bytes_per_s"]},
+            "gpu.kernel_overhead_s": overhead,
+            "gpu.bf16_flops_per_s": max(comp["prefill_flops_per_s"], 1.0)}
+    if cuda:
+        link = meas["link"]
+        big = max(int(k.split("_")[1][:-3]) for k in link)
+        over["link.pinned_h2d_bytes_per_s"] = link[f"pinned_{big}MiB_bytes_per_s"]
+        over["link.pageable_h2d_bytes_per_s"] = link[f"pageable_{big}MiB_bytes_per_s"]
+        over["link.latency_s"] = 10e-6
+    else:  # the CPU is the device: 'VRAM' is RAM, the 'link' is a host copy
+        over.update({"link.pinned_h2d_bytes_per_s": meas["memcpy_bytes_per_s"],
+                     "link.pageable_h2d_bytes_per_s": meas["memcpy_bytes_per_s"], "link.latency_s": 0.0,
+                     "gpu.vram_bytes_per_s": m.cpu.memory_bytes_per_s, "storage.request_latency_s": 0.0,
+                     "cpu.flops_per_s": over["gpu.bf16_flops_per_s"],
+                     "cpu.op_overhead_s": overhead})
+    machine = m.with_overrides(**over)
+    sources = dict(machine.sources)
+    for k in over:
+        sources[k] = f"[M] offloadsim calibrate {'--quick ' if quick else ''}on {platform.node()}, {datetime.date.today()}"
+    machine = machine.model_copy(update={"name": f"{m.name}-calibrated", "sources": sources})
+    return {"machine": machine.model_dump(), "calibration": {
+        "host": platform.node(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "method": "offloadsim calibrate: file reads after posix_fadvise(DONTNEED) (cold) and again (warm); numpy "
+                  "memcpy; torch pinned/pageable copies; zstd byte-plane decode; engine decoder layer timings "
+                  "(best of runs); kernel overhead = (decode layer time - bytes/bandwidth) / launches",
+        "base_preset": base, "cuda": cuda, "torch": torch.__version__, "measurements": meas}}
