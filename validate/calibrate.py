@@ -173,6 +173,9 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
                                           (1, 32) if quick else (1, 128, 512))
     m = load_machine(base)
     st, comp = meas["storage"], meas["compute"]
+    measured_threads = sorted(int(k.split("_")[1][:-7]) for k in meas["codec"] if k.startswith("decode_"))
+    unpack_n = max([t for t in measured_threads if t <= m.cpu.unpack_threads] or measured_threads[:1])
+    unpack_total = meas["codec"][f"decode_{unpack_n}threads_bytes_per_s"]
     decode_s = comp["measured"]["layer_b1_s1_s"]
     ideal = comp["layer_nbytes"] / (m.gpu.vram_bytes_per_s if cuda else m.cpu.memory_bytes_per_s)
     overhead = max(decode_s - ideal, 0.0) / comp["layer_launches"]
@@ -180,7 +183,8 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
             "storage.cache_read_bytes_per_s": max(st["cache_read_bytes_per_s"], st["cold_read_bytes_per_s"]),
             "storage.write_bytes_per_s": st["write_bytes_per_s"],
             "host_memory.memcpy_bytes_per_s": meas["memcpy_bytes_per_s"],
-            "cpu.unpack_bytes_per_s_per_thread": {"zstd": meas["codec"]["decode_1threads_bytes_per_s"]},
+            "cpu.unpack_bytes_per_s_per_thread": {"zstd": unpack_total / unpack_n},
+            "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,
             "gpu.bf16_flops_per_s": max(comp["prefill_flops_per_s"], 1.0)}
     if cuda:

@@ -66,13 +66,13 @@ class _Clock:
 
 class Engine:
     def __init__(self, store: Path, config: dict, shape: ModelShape, plan: Plan, machine: MachineSpec,
-                 device: str | None = None, unpack_threads: int = 4):
+                 device: str | None = None, unpack_threads: int | None = None):
         self.store, self.shape, self.plan = Path(store), shape, plan
         self.arch = M.Arch.from_config(config)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.cuda = self.device.type == "cuda"
         self.machine = machine
-        self.unpack_threads = unpack_threads
+        self.unpack_threads = unpack_threads or machine.cpu.unpack_threads
         index = __import__("json").loads((self.store / "store.json").read_text())["units"]
         self.files = {n: e for n, e in index.items()}
         self.meta = {n: file_meta(self.store / e["raw"]) for n, e in index.items()}
@@ -153,7 +153,7 @@ class Engine:
             vram_pool.put((b, None))
         d = self.plan.prefetch_depth
         errors: list[BaseException] = []
-        sync_each = d == 0 or not self.plan.overlap_copy
+        sync_each = (d == 0 or not self.plan.overlap_copy) and any(x == GPU_LOAD for x in load)
 
         def gate(k: int) -> None:
             i = loads[k]
@@ -290,7 +290,15 @@ class Engine:
                         pos = torch.arange(start, start + ids.shape[1], device=self.device)
                         cos, sin = M.rope(pos, self.arch, torch.bfloat16)
                     elif u.kind == "decoder":
-                        x = M.decoder_layer(x.to(dev), w_, self.arch, caches[name], start, cos.to(dev), sin.to(dev))
+                        cache = caches[name]
+                        if cache.k.device != dev:  # a CPU-placed layer computed on the GPU for a big step
+                            tmp = M.KVCache(self.arch, w.batch, cache.k.shape[2], dev, torch.bfloat16)
+                            tmp.k[:, :, :start], tmp.v[:, :, :start] = cache.k[:, :, :start], cache.v[:, :, :start]
+                            x = M.decoder_layer(x.to(dev), w_, self.arch, tmp, start, cos.to(dev), sin.to(dev))
+                            end = start + x.shape[1]
+                            cache.k[:, :, start:end], cache.v[:, :, start:end] = tmp.k[:, :, start:end].cpu(), tmp.v[:, :, start:end].cpu()
+                        else:
+                            x = M.decoder_layer(x.to(dev), w_, self.arch, cache, start, cos.to(dev), sin.to(dev))
                     else:
                         out = M.head(x.to(dev), w_, self.arch)
                         logits.append(out.to("cpu"))

@@ -124,24 +124,28 @@ def read_bytes(path: Path, meta: dict) -> np.ndarray:
 
 
 def decompress_into(packed: np.ndarray, meta: dict, dest: torch.Tensor, pool: ThreadPoolExecutor) -> None:
-    """Decode the zstd chunks (in parallel) and interleave the byte planes into `dest` (uint8)."""
+    """Decode the zstd chunks in parallel, each worker writing its bytes straight into their byte plane of `dest`."""
     import zstandard
 
     sizes = meta["chunks"]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
     n = meta["nbytes"]
-    planes = np.empty(n, dtype=np.uint8)
+    half = n // 2
+    d = dest.numpy()[:n].reshape(-1, 2)
+    mv = memoryview(packed)
 
     def one(k: int) -> None:
-        data = packed[starts[k]:starts[k] + sizes[k]]
-        out = zstandard.ZstdDecompressor().decompress(data.tobytes())
-        planes[k * CHUNK:k * CHUNK + len(out)] = np.frombuffer(out, dtype=np.uint8)
+        out = np.frombuffer(zstandard.ZstdDecompressor().decompress(mv[starts[k]:starts[k] + sizes[k]]), dtype=np.uint8)
+        lo = k * CHUNK
+        hi = lo + out.size
+        if lo < half:  # low bytes of elements lo..
+            m = min(hi, half) - lo
+            np.copyto(d[lo:lo + m, 0], out[:m])
+        if hi > half:  # high bytes
+            a = max(lo, half)
+            np.copyto(d[a - half:hi - half, 1], out[a - lo:])
 
     list(pool.map(one, range(len(sizes))))
-    d = dest.numpy()[:n].reshape(-1, 2)
-    half = n // 2
-    np.copyto(d[:, 0], planes[:half])
-    np.copyto(d[:, 1], planes[half:])
 
 
 def views(buf: torch.Tensor, layout: list[dict]) -> dict[str, torch.Tensor]:
