@@ -87,8 +87,9 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
         raise PlanError(f"plan: placements do not match model {model.name!r} (missing {missing}, unknown {extra}); "
                         "make the plan for this model.")
     for p in plan.placements:
-        if p.compute == "cpu" and p.tier == "vram":
-            raise PlanError(f"plan: unit {p.unit!r} is stored in vram but computed on the cpu; store it in a ram tier.")
+        if p.compute == "cpu" and p.tier in ("vram", "ram_compressed", "disk_compressed"):
+            raise PlanError(f"plan: unit {p.unit!r} is stored in {p.tier} but computed on the cpu, which reads raw "
+                            "weights; store it in ram_pinned, ram_pageable or disk_raw.")
         if p.tier.endswith("compressed") and plan.codec is None:
             raise PlanError(f"plan: unit {p.unit!r} uses tier {p.tier!r} but the plan has no codec; add a codec.")
     m = memory_use(model, plan, w, budgets)

@@ -87,7 +87,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         u, p = units[ui], t[units[ui].name]
         cpu = p.compute == "cpu" and not offload
         load = GPU_LOAD if (not cpu and p.tier != "vram") else CPU_READ if (cpu and p.tier.startswith("disk")) else 0
-        tier = "ram_pageable" if (offload and p.compute == "cpu" and p.tier != "vram") else p.tier
+        tier = p.tier if p.tier in ("ram_pinned", "vram") or not (offload and p.compute == "cpu") else "ram_pageable"
         read = u.nbytes * (ratio if tier == "disk_compressed" else 1.0) if load and tier.startswith("disk") else 0.0
         unpack = u.nbytes / unpack_speed if load and tier.endswith("compressed") else 0.0
         staged = plan.pinned_staging and tier in ("ram_compressed", "disk_raw", "disk_compressed")

@@ -262,6 +262,7 @@ class Engine:
         logits: list[torch.Tensor] = []
         tokens = []
         x = None
+        failed = True
         try:
             with torch.inference_mode():
                 for i in range(n):
@@ -319,11 +320,12 @@ class Engine:
                         pinned_pool.put(staging[i])
             if self.cuda:
                 torch.cuda.synchronize()
+            failed = False
         finally:
             for e in started + finished + ready + host_done + unpacked:
                 e.set()
-            for t in threads:
-                t.join(timeout=60)
+            for t in threads:  # after a failure a stage may sit on an empty pool: do not wait for it
+                t.join(timeout=1 if failed else 60)
             pool.shutdown()
         if errors:
             raise errors[0]

@@ -33,7 +33,8 @@ class Arch:
             raise InputError("checkpoint: tied embeddings are not supported by the engine; set tie_word_embeddings false.")
         h, n = cfg["hidden_size"], cfg["num_attention_heads"]
         return cls(hidden=h, heads=n, kv_heads=cfg.get("num_key_value_heads", n), head_dim=cfg.get("head_dim") or h // n,
-                   eps=cfg.get("rms_norm_eps", 1e-6), theta=float(cfg.get("rope_theta", 10000.0)), qk_norm=t == "qwen3")
+                   eps=cfg.get("rms_norm_eps", 1e-6), theta=float(cfg.get("rope_theta") or (cfg.get("rope_parameters") or {})
+                                                                  .get("rope_theta", 10000.0)), qk_norm=t == "qwen3")
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
