@@ -32,7 +32,8 @@ def add_all(sub: argparse._SubParsersAction) -> None:
 
     from offloadsim.args_sim import add_sim
     add_sim(sub, _model, _machine)
-    from offloadsim.args_plan import add_plan
+    from offloadsim.args_plan import add_plan, add_whatif
     add_plan(sub, _model, _machine)
+    add_whatif(sub, _model, _machine)
     from offloadsim.args_validate import add_validate
     add_validate(sub)

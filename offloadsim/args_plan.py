@@ -26,3 +26,17 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     q.add_argument("--points", type=int, default=7, help="budgets per sweep")
     q.add_argument("--out", default="pareto.png", help="figure (PNG or SVG)")
     q.add_argument("--json", action="store_true")
+
+
+def add_whatif(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
+    p = sub.add_parser("whatif", help="plan and predict every combination of machine changes; rank single upgrades")
+    model_args(p)
+    machine_args(p)
+    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
+                   help="storage=PRESETS, vram=SIZES, ram=SIZES, link=pcie3,pcie4,..., cpu=PRESETS, gpu=PRESETS")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--plot", default=None, help="bar chart of the single upgrades")
+    p.add_argument("--json", action="store_true")

@@ -100,3 +100,29 @@ def pareto_cmd(args: argparse.Namespace) -> int:
         lines.append(f"{r['vram_bytes'] / GiB:9.2f} " + " ".join(f"{r[n]:10.4f}" if r[n] else f"{'-':>10}" for n in names))
     lines.append(f"figure written to {args.out}")
     return emit(args, data, "\n".join(lines))
+
+
+@command("whatif")
+def whatif_cmd(args: argparse.Namespace) -> int:
+    from planner.whatif import grid, parse_vary, plot as plot_whatif
+    from sim.plan import Workload
+    machine = load_machine(args.machine)
+    model = resolve_model(args)
+    vary = parse_vary(args.vary) or {"storage": [machine.storage.name and "nvme-gen4", "nvme-gen5"]}
+    w = Workload(batch=args.batch, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
+    data = grid(model, machine, w, vary, workers=args.workers, progress=not args.json)
+    if args.plot:
+        plot_whatif(data, args.plot)
+    keys = list(vary)
+    lines = [" ".join(f"{k:>12}" for k in keys) + f" {'TTFT s':>9} {'s/token':>9} {'tok/s':>8}  critical"]
+    for r in sorted(data["rows"], key=lambda r: r.get("time_per_token_s", float("inf")))[:40]:
+        if r["feasible"]:
+            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f" {r['ttft_s']:9.3f} {r['time_per_token_s']:9.4f} "
+                         f"{r['tokens_per_s']:8.2f}  {r['bottleneck']} ({r['policy']})")
+        else:
+            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + "  infeasible")
+    if len(data["rows"]) > 40:
+        lines.append(f"... {len(data['rows']) - 40} more (--json for all)")
+    lines.append("single upgrades from " + ", ".join(f"{k}={v}" for k, v in data["base"].items()) + ":")
+    lines += [f"  {u['change']:<24} {u['speedup']:6.2f}x  ({u['time_per_token_s']:.4f} s/token)" for u in data["upgrades"]]
+    return emit(args, data, "\n".join(lines))

@@ -58,6 +58,13 @@ def busy_fractions(events: list[Event], total_s: float) -> dict[str, float]:
     return {k: v / total_s for k, v in busy.items()} if total_s > 0 else {}
 
 
+def work_by_resource(sch: Schedule) -> dict[str, float]:
+    """Seconds each resource works over the request (reads at the cold speed: an upper bound on the disk)."""
+    reads = float(np.sum(sch.read_bytes) / sch.cold_bytes_per_s)
+    return {"gpu": float(np.sum(sch.compute_s[~sch.on_cpu])), "cpu": float(np.sum(sch.compute_s[sch.on_cpu])),
+            "copy": float(np.sum(sch.copy_s)), "unpack": float(np.sum(sch.unpack_s)), "storage": reads}
+
+
 def summary(sch: Schedule, c_start: np.ndarray, c_end: np.ndarray, mem: MemoryUse, hits: int, misses: int,
             events: list[Event] | None = None) -> dict:
     ttft, tpot, total = step_times(sch, c_end)
@@ -72,7 +79,9 @@ def summary(sch: Schedule, c_start: np.ndarray, c_end: np.ndarray, mem: MemoryUs
         "peak_vram_bytes": mem.vram_bytes, "peak_pinned_bytes": mem.pinned_bytes,
         "peak_ram_bytes": mem.ram_weights_bytes + mem.pinned_bytes, "page_cache_bytes": mem.page_cache_bytes,
         "page_cache_hits": hits, "page_cache_misses": misses, "items": len(sch),
+        "work_s": work_by_resource(sch),
     }
+    out["bottleneck"] = max(out["work_s"], key=out["work_s"].get)
     if events is not None:
         out["events"] = len(events)
         out["stall_by_cause_s"] = wait_causes(events)

@@ -1,0 +1,113 @@
+"""What-if capacity planning: a grid of machine variants (storage, VRAM, RAM, link, CPU, GPU), each planned with
+the quick planner and predicted with the fast evaluator; single upgrades ranked by gain."""
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import ProcessPoolExecutor
+
+from tqdm import tqdm
+
+from hwmodels.presets import get_part, part_names
+from hwmodels.specs import MachineSpec
+from hwmodels.units import InputError, parse_bytes, parse_link
+from planner.quick import quick_plan
+from sim.plan import Budgets, Workload
+from sim.shapes import ModelShape
+
+KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu")
+
+
+def parse_vary(items: list[str]) -> dict[str, list[str]]:
+    """['storage=sata,nvme-gen4', 'vram=8GiB,16GiB'] -> {'storage': [...], 'vram': [...]}, checked."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        key, _, values = item.partition("=")
+        key = key.strip()
+        if key not in KEYS or not values:
+            raise InputError(f"vary: {item!r} is not KEY=v1,v2 with KEY one of {', '.join(KEYS)}; e.g. storage=sata,nvme-gen4.")
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        for v in vals:
+            _check(key, v)
+        out[key] = vals
+    return out
+
+
+def _check(key: str, v: str) -> None:
+    if key in ("vram", "ram"):
+        parse_bytes(v, key)
+    elif key == "link":
+        gen, lanes = parse_link(v, key)
+        get_part("link", f"pcie{gen}x16")
+    else:
+        get_part({"storage": "storage", "cpu": "cpu", "gpu": "gpu"}[key], v)
+
+
+def variant(machine: MachineSpec, combo: dict[str, str]) -> tuple[MachineSpec, dict]:
+    """The machine with the combo's parts swapped in, and the VRAM/RAM budgets it implies."""
+    update, budget = {}, {}
+    for key, v in combo.items():
+        if key in ("storage", "cpu", "gpu"):
+            update[key] = get_part(key, v)[0]
+        elif key == "link":
+            gen, _ = parse_link(v)
+            update["link"] = get_part("link", f"pcie{gen}x16")[0]
+        elif key == "ram":
+            ram = parse_bytes(v, "ram")
+            update["host_memory"] = machine.host_memory.model_copy(update={"capacity_bytes": max(ram, 1)})
+            budget["ram"] = max(ram - 4 * 2**30, 0)
+        elif key == "vram":
+            budget["vram"] = parse_bytes(v, "vram")
+    m = machine.model_copy(update=update)
+    if "gpu" in combo and "vram" not in budget:
+        budget["vram"] = m.gpu.vram_bytes
+    return m, budget
+
+
+def _one(args) -> dict:
+    model, machine, w, combo = args
+    m, budget = variant(machine, combo)
+    b = Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))
+    plan, s = quick_plan(model, m, w, b)
+    if plan is None:
+        return {"combo": combo, "feasible": False}
+    return {"combo": combo, "feasible": True, "policy": plan.policy, "ttft_s": s["ttft_s"],
+            "time_per_token_s": s["time_per_token_s"], "tokens_per_s": s["tokens_per_s"], "bottleneck": s["bottleneck"]}
+
+
+def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, list[str]], workers: int = 2,
+         progress: bool = True) -> dict:
+    keys = list(vary)
+    combos = [dict(zip(keys, vals)) for vals in itertools.product(*(vary[k] for k in keys))]
+    jobs = [(model, machine, w, c) for c in combos]
+    if workers > 1 and len(jobs) > 50:
+        with ProcessPoolExecutor(workers) as pool:
+            rows = list(tqdm(pool.map(_one, jobs, chunksize=64), total=len(jobs), disable=not progress, desc="what-if"))
+    else:
+        rows = [_one(j) for j in tqdm(jobs, disable=not progress, desc="what-if")]
+    base = {k: vary[k][0] for k in keys}
+    index = {tuple(r["combo"][k] for k in keys): r for r in rows}
+    b = index[tuple(base[k] for k in keys)]
+    upgrades = []
+    for k in keys:
+        for v in vary[k][1:]:
+            r = index[tuple((v if kk == k else base[kk]) for kk in keys)]
+            if r["feasible"] and b["feasible"]:
+                upgrades.append({"change": f"{k}={v}", "time_per_token_s": r["time_per_token_s"],
+                                 "speedup": b["time_per_token_s"] / r["time_per_token_s"]})
+    upgrades.sort(key=lambda u: -u["speedup"])
+    return {"model": model.name, "machine": machine.name, "base": base, "rows": rows, "upgrades": upgrades}
+
+
+def plot(data: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ups = data["upgrades"][:15]
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(ups) + 1.2))
+    ax.barh([u["change"] for u in ups][::-1], [u["speedup"] for u in ups][::-1], color="#1f77b4")
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_xlabel("speedup of the time per token over the base machine")
+    ax.set_title(f"{data['model']} on {data['machine']}: single upgrades", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

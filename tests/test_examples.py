@@ -1,0 +1,66 @@
+"""Every example runs, writes its figure, and prints numbers consistent with the API."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hwmodels import get_machine, list_machines
+from offloadsim.hwreport import gap_rows
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run(name: str, tmp_path: Path) -> dict:
+    env = dict(os.environ, OFFLOADSIM_EXAMPLES_OUT=str(tmp_path), MPLBACKEND="Agg")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name)], cwd=EXAMPLES, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def test_pcie_wall(tmp_path):
+    r = run("pcie_wall.py", tmp_path)
+    rows = gap_rows()
+    assert r["gpus"] == len(rows) and (tmp_path / "pcie_wall.png").stat().st_size > 10_000
+    assert r["datacenter_max"] == pytest.approx(max(x["ratio_measured"] or x["ratio_theoretical"] for x in rows if x["market"] == "datacenter"))
+
+
+def test_compression_crossover(tmp_path):
+    r = run("compression_crossover.py", tmp_path)
+    for name in list_machines():
+        assert r["crossover_bytes_per_s"][name] == pytest.approx(get_machine(name).storage.cold_read_bytes_per_s / (1 - r["ratio"]))
+    assert (tmp_path / "compression_crossover.png").exists()
+
+
+def test_u_curve(tmp_path):
+    r = run("u_curve.py", tmp_path)
+    for row in r["rows"]:
+        assert row["planner"] <= min(row["stream"], row["cpu"]) * (1 + 1e-9)
+    assert r["rows"][0]["stream"] > r["rows"][0]["cpu"]  # the U: a few streamed layers lose to the CPU
+    assert (tmp_path / "u_curve.png").exists()
+
+
+def test_laptop(tmp_path):
+    r = run("laptop_qwen3_14b.py", tmp_path)
+    for i, t in enumerate(r["curves"]["planner"]):
+        others = [c[i] for k, c in r["curves"].items() if k != "planner" and c[i]]
+        assert t <= min(others) * (1 + 1e-9)
+    assert (tmp_path / "laptop_qwen3_14b.png").exists()
+
+
+def test_deepseek(tmp_path):
+    r = run("deepseek_r1_hybrid.py", tmp_path)
+    assert r["tokens_per_s"]["xeon-4090"] > r["tokens_per_s"]["desktop-4090"]
+    assert r["upgrades"]["xeon-4090"]["2x CPU FLOP/s"] >= 1 - 1e-9
+    assert (tmp_path / "deepseek_r1_hybrid.png").exists()
+
+
+def test_plan_before_deploy(tmp_path):
+    r = run("plan_before_deploy.py", tmp_path)
+    assert r["exact"] is True and r["llamacpp_args"][:2] == ["-ngl", "999"]
+    assert float(r["max_memory"]["0"].removesuffix("GiB")) <= 4.0
+    assert (tmp_path / "plan_before_deploy.png").exists()
