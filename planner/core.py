@@ -101,8 +101,8 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
                      time_budget_s: float | None = None, confirm: bool = True, objective: str = "token") -> PlanReport:
     """Plan and report: the chosen plan, its SimPy summary, the lower bound, and every baseline's times."""
     t0 = time.perf_counter()
-    if time_budget_s is None:  # about 0.8 s for a dense model, 7 s for an expert-level 671B
-        time_budget_s = min(7.0, 0.8 + len(model.units) / 2500)
+    if time_budget_s is None:  # about 0.6 s of search for a dense model, 4 s for an expert-level 671B
+        time_budget_s = min(4.0, 0.6 + len(model.units) / 4000)
     deadline = t0 + time_budget_s
     codec = codec or machine_codec(machine)
     options = [o for o in OPTIONS if (tiers is None or o[0] in tiers) and (allow_cpu or o[1] == "gpu")]
@@ -114,6 +114,8 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
     starts: list[tuple[Plan, float]] = []
     n = 0
     for assign, slots in assigns:
+        if time.perf_counter() > deadline and starts:
+            break
         p, t = best_settings(model, machine, assign, workload, budgets, codec, objective, slots)
         n += 1
         if p is not None:

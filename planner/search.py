@@ -101,6 +101,8 @@ def local_search(model, machine, starts: list[tuple[Plan, float]], w, budgets, g
                     best, best_t, improved = plan, t, True
                     break
             if not improved:
+                if time.perf_counter() > deadline:
+                    break
                 plan, t = best_settings(model, machine, [(p.tier, p.compute) for p in best.placements], w, budgets,
                                         best.codec, objective)
                 if plan is None or t >= best_t * (1 - 1e-9):

@@ -63,8 +63,16 @@ def variant(machine: MachineSpec, combo: dict[str, str]) -> tuple[MachineSpec, d
     return m, budget
 
 
-def _one(args) -> dict:
-    model, machine, w, combo = args
+_CTX: dict = {}
+
+
+def _init(model, machine, w) -> None:
+    """Worker set-up: the model, machine and workload are sent once, not with every combination."""
+    _CTX.update(model=model, machine=machine, w=w)
+
+
+def _one(combo: dict) -> dict:
+    model, machine, w = _CTX["model"], _CTX["machine"], _CTX["w"]
     m, budget = variant(machine, combo)
     b = Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))
     plan, s = quick_plan(model, m, w, b)
@@ -78,12 +86,12 @@ def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, l
          progress: bool = True) -> dict:
     keys = list(vary)
     combos = [dict(zip(keys, vals)) for vals in itertools.product(*(vary[k] for k in keys))]
-    jobs = [(model, machine, w, c) for c in combos]
-    if workers > 1 and len(jobs) > 50:
-        with ProcessPoolExecutor(workers) as pool:
-            rows = list(tqdm(pool.map(_one, jobs, chunksize=64), total=len(jobs), disable=not progress, desc="what-if"))
+    if workers > 1 and len(combos) > 50:
+        with ProcessPoolExecutor(workers, initializer=_init, initargs=(model, machine, w)) as pool:
+            rows = list(tqdm(pool.map(_one, combos, chunksize=64), total=len(combos), disable=not progress, desc="what-if"))
     else:
-        rows = [_one(j) for j in tqdm(jobs, disable=not progress, desc="what-if")]
+        _init(model, machine, w)
+        rows = [_one(c) for c in tqdm(combos, disable=not progress, desc="what-if")]
     base = {k: vary[k][0] for k in keys}
     index = {tuple(r["combo"][k] for k in keys): r for r in rows}
     b = index[tuple(base[k] for k in keys)]
