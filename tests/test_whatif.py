@@ -1,0 +1,33 @@
+"""whatif and pareto from the command line: grids, ranking, figures, bad input."""
+import json
+
+from offloadsim.cli import main
+
+
+def test_whatif_grid_and_ranking(capsys, tmp_path):
+    rc = main(["whatif", "qwen3-14b", "--machine", "rtx3080-laptop", "--vary", "link=pcie4,pcie3,pcie5",
+               "--vary", "vram=4GiB,8GiB", "--json", "--workers", "1", "--plot", str(tmp_path / "w.png")])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and len(data["rows"]) == 6
+    ups = {u["change"]: u["speedup"] for u in data["upgrades"]}
+    assert set(ups) == {"link=pcie3", "link=pcie5", "vram=8GiB"}
+    assert ups["vram=8GiB"] >= 1.0 and ups["link=pcie3"] <= 1.0 + 1e-9  # more VRAM never slower, a slower link never faster
+    assert list(ups.values()) == sorted(ups.values(), reverse=True)
+    assert (tmp_path / "w.png").stat().st_size > 1000
+
+
+def test_whatif_bad_vary(capsys):
+    rc = main(["whatif", "qwen3-14b", "--vary", "disk=fast"])
+    assert rc == 2 and "vary: 'disk=fast'" in capsys.readouterr().err
+    rc = main(["whatif", "qwen3-14b", "--vary", "storage=floppy"])
+    assert rc == 2 and "unknown name 'floppy'" in capsys.readouterr().err
+
+
+def test_pareto(capsys, tmp_path):
+    rc = main(["pareto", "qwen3-14b", "--machine", "rtx3080-laptop", "--points", "2", "--new-tokens", "3",
+               "--out", str(tmp_path / "p.png"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and len(data["by_vram"]) == 2 and (tmp_path / "p.png").exists()
+    for row in data["by_vram"]:
+        others = [v for k, v in row.items() if k not in ("vram_bytes", "planner") and v]
+        assert row["planner"] <= min(others) * (1 + 1e-6)
