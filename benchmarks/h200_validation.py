@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--tokens", type=int, default=6)
     ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--skip-accelerate", action="store_true", help="do not measure HF Accelerate's own offload")
     a = ap.parse_args()
     from hwmodels.presets import load_machine
     from planner import plan_with_report
@@ -147,7 +148,7 @@ def main() -> None:
                                                 "ratio_first_token": r["measured"]["ttft_s"] / floor,
                                                 "note": "after the first token the page cache serves the reads"}
     save()
-    result["accelerate"] = accelerate_offload(ckpt, store, w, a, work)
+    result["accelerate"] = {"skipped": True} if a.skip_accelerate else accelerate_offload(ckpt, store, w, a, work)
     save()
     log("done", json.dumps(result.get("summary")))
 

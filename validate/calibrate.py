@@ -144,7 +144,18 @@ def compute(config: dict, device: str, batch_sizes=(1, 4), seqs=(1, 128)) -> dic
                     sync()
                 run()
                 out[f"layer_b{b}_s{s}_s"] = _best(run, 5)
-    t1 = out[f"layer_b1_s1_s"]
+        # decode as the engine runs it: 8 layers back to back, one synchronisation (dispatch overlaps the device)
+        cache = M.KVCache(arch, 1, 2, device, torch.bfloat16)
+        x = torch.randn(1, 1, h, device=device).to(torch.bfloat16)
+        cos, sin = M.rope(torch.arange(1, device=device), arch, torch.bfloat16)
+
+        def seq():
+            for _ in range(8):
+                M.decoder_layer(x, w, arch, cache, 0, cos, sin)
+            sync()
+        seq()
+        out["layer_b1_s1_in_sequence_s"] = _best(seq, 3) / 8
+    t1 = out["layer_b1_s1_in_sequence_s"]
     flops_pf = unit.flops(max(batch_sizes), max(seqs), 0)
     t_pf = out[f"layer_b{max(batch_sizes)}_s{max(seqs)}_s"]
     return {"measured": out, "layer_nbytes": unit.nbytes, "layer_launches": unit.launches,
@@ -154,7 +165,7 @@ def compute(config: dict, device: str, batch_sizes=(1, 4), seqs=(1, 128)) -> dic
 def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict:
     """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}."""
     cuda = torch.cuda.is_available()
-    steps = ["storage", "memcpy", "link", "codec", "compute"]
+    steps = ["storage", "memcpy", "link", "codec", "cpu", "compute"]
     meas: dict = {}
     size = 64 * MiB if quick else 1024 * MiB
     with tqdm(steps, desc="calibrate", unit="step") as bar:
@@ -168,7 +179,7 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
                 meas["link"] = h2d((16 * MiB, 128 * MiB) if quick else (16 * MiB, 128 * MiB, 512 * MiB)) if cuda else {}
             elif step == "codec":
                 meas["codec"] = codec(16 * MiB if quick else 128 * MiB, (1, 2) if quick else (1, 2, 4, 8))
-            else:
+            elif step == "compute":
                 meas["compute"] = compute(config, "cuda" if cuda else "cpu", (1,) if quick else (1, 4),
                                           (1, 32) if quick else (1, 128, 512))
     m = load_machine(base)
@@ -176,7 +187,7 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
     measured_threads = sorted(int(k.split("_")[1][:-7]) for k in meas["codec"] if k.startswith("decode_"))
     unpack_n = max([t for t in measured_threads if t <= m.cpu.unpack_threads] or measured_threads[:1])
     unpack_total = meas["codec"][f"decode_{unpack_n}threads_bytes_per_s"]
-    decode_s = comp["measured"]["layer_b1_s1_s"]
+    decode_s = comp["measured"]["layer_b1_s1_in_sequence_s"]
     ideal = comp["layer_nbytes"] / (m.gpu.vram_bytes_per_s if cuda else m.cpu.memory_bytes_per_s)
     overhead = max(decode_s - ideal, 0.0) / comp["layer_launches"]
     over = {"storage.cold_read_bytes_per_s": st["cold_read_bytes_per_s"],
@@ -187,6 +198,11 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
             "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,
             "gpu.bf16_flops_per_s": max(comp["prefill_flops_per_s"], 1.0)}
+    if cuda and meas.get("cpu_compute"):  # the CPU computing a layer from RAM (llama.cpp-style plans)
+        cc = meas["cpu_compute"]
+        over["cpu.memory_bytes_per_s"] = cc["decode_bytes_per_s"]
+        over["cpu.flops_per_s"] = cc["prefill_flops_per_s"]
+        over["cpu.op_overhead_s"] = 0.0
     if cuda:
         link = meas["link"]
         big = max(int(k.split("_")[1][:-3]) for k in link)
