@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=6)
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--skip-accelerate", action="store_true", help="do not measure HF Accelerate's own offload")
+    ap.add_argument("--no-compressed", action="store_true", help="no compressed store or plans (a shorter run)")
     a = ap.parse_args()
     from hwmodels.presets import load_machine
     from planner import plan_with_report
@@ -69,7 +70,7 @@ def main() -> None:
     config = json.loads((ckpt / "config.json").read_text())
     t = time.perf_counter()
     if not (store / "store.json").exists():
-        build_store(ckpt, shape, store, threads=16 if cuda else 2)
+        build_store(ckpt, shape, store, compress=not a.no_compressed, threads=16 if cuda else 2)
     result["timings_s"]["store"] = time.perf_counter() - t
     log("store", result["timings_s"]["store"])
     t = time.perf_counter()
@@ -98,13 +99,16 @@ def main() -> None:
     cases.append(("accelerate-like 4GiB", POLICIES["accelerate"](shape, machine, w, four), four, False))
     cases.append(("stream pinned RAM 4GiB", stream_plan("ram_pinned"), four, False))
     cases.append(("stream pageable RAM", stream_plan("ram_pageable"), four, False))
-    cases.append(("stream compressed RAM", stream_plan("ram_compressed"), four, False))
+    if not a.no_compressed:
+        cases.append(("stream compressed RAM", stream_plan("ram_compressed"), four, False))
     cases.append(("stream disk raw, cold", stream_plan("disk_raw"), four, True))
     cases.append(("stream disk raw, warm", stream_plan("disk_raw"), four, False))
-    cases.append(("stream disk compressed, cold", stream_plan("disk_compressed"), four, True))
+    if not a.no_compressed:
+        cases.append(("stream disk compressed, cold", stream_plan("disk_compressed"), four, True))
     for vram in ((small, 8 * GiB, 12 * GiB) if not a.tiny else (small, small * 2, small * 3)):
         b = Budgets.of(machine, vram=vram)
-        rep = plan_with_report(shape, machine, w, b, confirm=False, allow_cpu=False)
+        rep = plan_with_report(shape, machine, w, b, confirm=False, allow_cpu=False,
+                               tiers=("vram", "ram_pinned", "ram_pageable", "disk_raw") if a.no_compressed else None)
         cases.append((f"planner {vram / GiB:.1f}GiB", rep.plan, b, False))
     cases.append(("llamacpp-like 4GiB (CPU compute)", POLICIES["llamacpp"](shape, machine, w, four), four, False))
     rows, ref = [], None
