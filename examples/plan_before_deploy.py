@@ -29,7 +29,7 @@ for note in acc["notes"] + llama["notes"]:
 # the same plan shape, validated for real on a tiny checkpoint on the CPU
 from validate.checkpoint import make_checkpoint, make_config  # noqa: E402
 from validate.engine import Engine  # noqa: E402
-from validate.report import reference_run, validate_plan, write_report  # noqa: E402
+from validate.report import reference_run, validate_plan  # noqa: E402
 from validate.store import build_store  # noqa: E402
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from sim.equations import Codec
-from sim.memory import PlanError, check_plan
+from sim.memory import PlanError
 from sim.plan import Budgets, Placement, Plan, Workload
 from sim.simulate import fast_simulate
 from sim.shapes import ModelShape

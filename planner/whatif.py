@@ -7,7 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from tqdm import tqdm
 
-from hwmodels.presets import get_part, part_names
+from hwmodels.presets import get_part
 from hwmodels.specs import MachineSpec
 from hwmodels.units import InputError, parse_bytes, parse_link
 from planner.quick import quick_plan

@@ -152,7 +152,7 @@ def _deepseek(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
 def _opt(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     c = _Cfg(cfg, source)
     h, n_layers, ffn, vocab = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("ffn_dim"), c.int("vocab_size")
-    n_h = c.int("num_attention_heads")
+    c.int("num_attention_heads")  # required; MHA, so KV bytes follow from the hidden size
     if c.int("word_embed_proj_dim", h) != h:
         raise InputError(f"{source}: word_embed_proj_dim {cfg['word_embed_proj_dim']} differs from hidden_size {h}; "
                          "OPT-350m's projections are not supported, use another OPT size.")

@@ -128,8 +128,7 @@ def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
     # the prefill offload streams CPU weights through one VRAM buffer sized to the largest unit
     gpu_left -= max(u.nbytes for u in model.units)
     on_gpu: set[str] = set()
-    order = [groups[-1]] + groups[1:-1][::-1]  # the head first once every block fits, else blocks from the back
-    blocks_back = groups[1:-1][::-1]
+    blocks_back = groups[1:-1][::-1]  # blocks from the back; the head once every block fits
     for g in blocks_back:
         if size[g[0]] > gpu_left:
             break
@@ -137,7 +136,6 @@ def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
         gpu_left -= size[g[0]]
     if len(on_gpu) == sum(len(g) for g in blocks_back) and size[groups[-1][0]] <= gpu_left:
         on_gpu.update(groups[-1])
-    del order
     cpu_names = [u.name for u in model.units if u.name not in on_gpu]
     tiers = _host_tiers(model, cpu_names, budgets, 0, True)
     tiers.update({n: "vram" for n in on_gpu})

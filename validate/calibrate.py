@@ -19,7 +19,6 @@ import torch
 from tqdm import tqdm
 
 from hwmodels.presets import load_machine
-from hwmodels.specs import MachineSpec
 
 MiB = 2**20
 

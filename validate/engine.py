@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from sim.plan import Budgets, Plan, Workload
 from sim.schedule import CPU_READ, GPU_LOAD, build_schedule
 from sim.shapes import ModelShape
 from validate import model as M
+from validate.recording import Clock, to_events
 from validate.store import decompress_into, drop_cache, file_meta, read_bytes, read_into, views
 
 UNLIMITED = Budgets(vram_bytes=2**62, ram_bytes=2**62, pinned_bytes=2**62)
@@ -36,32 +36,6 @@ class RunResult:
     ttft_s: float
     time_per_token_s: float
     total_s: float
-
-
-class _Clock:
-    """Host perf_counter and CUDA events on one timeline (seconds from the run's start)."""
-
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-        if cuda:
-            torch.cuda.synchronize()
-            self.base = torch.cuda.Event(enable_timing=True)
-            self.base.record()
-            torch.cuda.synchronize()
-        self.t0 = time.perf_counter()
-
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def event(self, stream=None):
-        if not self.cuda:
-            return self.now()
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record(stream)
-        return ev
-
-    def seconds(self, ev) -> float:
-        return ev if not self.cuda else self.base.elapsed_time(ev) / 1e3
 
 
 class Engine:
@@ -132,7 +106,7 @@ class Engine:
             if u.kind == "decoder":
                 dev = "cpu" if self.tiers[u.name].compute == "cpu" else self.device
                 caches[u.name] = M.KVCache(self.arch, w.batch, w.prompt_tokens + w.new_tokens, dev, torch.bfloat16)
-        clock = _Clock(self.cuda)
+        clock = Clock(self.cuda)
         copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
         compute_stream = torch.cuda.current_stream(self.device) if self.cuda else None
         started = [threading.Event() for _ in range(n)]
@@ -329,7 +303,7 @@ class Engine:
             pool.shutdown()
         if errors:
             raise errors[0]
-        events = self._events(records, clock, sch, names)
+        events = to_events(records, clock, sch, names)
         comp = {}
         for e in events:
             if e.stage == "compute":
@@ -338,22 +312,3 @@ class Engine:
         ttft = ends[0]
         tpot = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else ttft
         return RunResult(torch.stack([t.cpu() for t in tokens], dim=1), logits, events, ttft, tpot, ends[-1])
-
-    @staticmethod
-    def _events(records, clock: _Clock, sch, names) -> list[Event]:
-        out = []
-        for i, stage, res, a, b, nbytes, detail in records:
-            start = clock.seconds(a) if not isinstance(a, float) else a
-            end = clock.seconds(b) if not isinstance(b, float) else b
-            out.append(Event(int(sch.step[i]), names[int(sch.unit[i])], stage, res, start, end, float(nbytes), detail))
-        out.sort(key=lambda e: (e.start_s, e.end_s))
-        # waits: the compute lane idle before a loaded item's compute
-        prev_end = 0.0
-        waits = []
-        comps = sorted((e for e in out if e.stage == "compute"), key=lambda e: e.start_s)
-        loaded = {(int(sch.step[i]), names[int(sch.unit[i])]) for i in range(len(sch)) if sch.load[i]}
-        for e in comps:
-            if (e.token, e.unit) in loaded and e.start_s > prev_end + 1e-6:
-                waits.append(Event(e.token, e.unit, "wait", f"{e.resource}_wait", prev_end, e.start_s))
-            prev_end = max(prev_end, e.end_s)
-        return sorted(out + waits, key=lambda e: (e.start_s, e.end_s))
