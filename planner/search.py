@@ -80,38 +80,55 @@ def _moves(best: Plan, groups: list[np.ndarray], options: list[tuple[str, str]])
                     yield trial
 
 
+def _descend(model, machine, best: Plan, best_t: float, w, budgets, groups, options, deadline, objective):
+    """First-improvement unit moves; when none improves, the loader settings; until a local optimum or the deadline."""
+    while time.perf_counter() < deadline:
+        improved = False
+        for trial in _moves(best, groups, options):
+            if time.perf_counter() > deadline:
+                break
+            plan = build(model, machine, trial, (best.prefetch_depth, best.vram_slots, best.pinned_slots),
+                         best.codec).model_copy(update={"gpu_offload_min_tokens": best.gpu_offload_min_tokens})
+            t = score(model, machine, plan, w, budgets, objective)
+            if t is None:  # over budget with these settings: maybe with fewer staging slots
+                plan, t = best_settings(model, machine, trial, w, budgets, best.codec, objective)
+            if plan is not None and t is not None and t < best_t * (1 - 1e-9):
+                best, best_t, improved = plan, t, True
+                break
+        if not improved:
+            if time.perf_counter() > deadline:
+                break
+            plan, t = best_settings(model, machine, [(p.tier, p.compute) for p in best.placements], w, budgets,
+                                    best.codec, objective)
+            if plan is None or t >= best_t * (1 - 1e-9):
+                break
+            best, best_t = plan, t
+    return best, best_t
+
+
 def local_search(model, machine, starts: list[tuple[Plan, float]], w, budgets, groups: list[np.ndarray],
                  options: list[tuple[str, str]], deadline: float, objective: str = "token") -> tuple[Plan, float]:
-    """From each start in turn (best first), accept the first improving unit move; when none improves, try the
-    loader settings; stop at a local optimum or the deadline. Returns the best plan seen."""
+    """Descend from each start in turn (best first); with time left, iterated local search: kick the best plan
+    (a few units to random options, seeded) and descend again. Returns the best plan seen."""
     overall, overall_t = min(starts, key=lambda s: s[1])
     for start, start_t in sorted(starts, key=lambda s: s[1]):
-        best, best_t = start, start_t
-        while time.perf_counter() < deadline:
-            improved = False
-            for trial in _moves(best, groups, options):
-                if time.perf_counter() > deadline:
-                    break
-                plan = build(model, machine, trial, (best.prefetch_depth, best.vram_slots, best.pinned_slots),
-                             best.codec).model_copy(update={"gpu_offload_min_tokens": best.gpu_offload_min_tokens})
-                t = score(model, machine, plan, w, budgets, objective)
-                if t is None:  # over budget with these settings: maybe with fewer staging slots
-                    plan, t = best_settings(model, machine, trial, w, budgets, best.codec, objective)
-                if plan is not None and t is not None and t < best_t * (1 - 1e-9):
-                    best, best_t, improved = plan, t, True
-                    break
-            if not improved:
-                if time.perf_counter() > deadline:
-                    break
-                plan, t = best_settings(model, machine, [(p.tier, p.compute) for p in best.placements], w, budgets,
-                                        best.codec, objective)
-                if plan is None or t >= best_t * (1 - 1e-9):
-                    break
-                best, best_t = plan, t
+        best, best_t = _descend(model, machine, start, start_t, w, budgets, groups, options, deadline, objective)
         if best_t < overall_t:
             overall, overall_t = best, best_t
         if time.perf_counter() > deadline:
-            break
+            return overall, overall_t
+    rng = np.random.default_rng(0)
+    n = len(model.units)
+    while time.perf_counter() < deadline:
+        assign = [(p.tier, p.compute) for p in overall.placements]
+        for i in rng.choice(n, size=min(n, int(rng.integers(2, 4))), replace=False):
+            assign[i] = options[int(rng.integers(len(options)))]
+        plan, t = best_settings(model, machine, assign, w, budgets, overall.codec, objective)
+        if plan is None:
+            continue
+        plan, t = _descend(model, machine, plan, t, w, budgets, groups, options, deadline, objective)
+        if t < overall_t * (1 - 1e-9):
+            overall, overall_t = plan, t
     return overall, overall_t
 
 
