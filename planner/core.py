@@ -13,6 +13,7 @@ from planner.milp import solve
 from planner.options import OPTIONS, groups, option_costs, usage
 from planner.search import EXACT_LIMIT, LOADER_SETTINGS, best_settings, exact, local_search, score, spread
 from sim.equations import Codec, machine_codec
+from sim.fast import warm_up
 from sim.memory import activation_bytes, kv_cache_bytes, min_vram_bytes
 from sim.plan import Budgets, Placement, Plan, Workload
 from sim.shapes import ModelShape
@@ -100,6 +101,7 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
                      codec: Codec | None = None, tiers: tuple[str, ...] | None = None, allow_cpu: bool = True,
                      time_budget_s: float | None = None, confirm: bool = True, objective: str = "token") -> PlanReport:
     """Plan and report: the chosen plan, its SimPy summary, the lower bound, and every baseline's times."""
+    warm_up()  # the numba compile must not eat the search budget
     t0 = time.perf_counter()
     if time_budget_s is None:  # about 0.6 s of search for a dense model, 4 s for an expert-level 671B
         time_budget_s = min(4.0, 0.6 + len(model.units) / 4000)

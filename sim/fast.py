@@ -127,3 +127,9 @@ try:
     _recurrence = njit(cache=True)(_recurrence_py)
 except ImportError:  # pragma: no cover - numba is a dependency; the plain loop gives the same numbers
     _recurrence = _recurrence_py
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the recurrence now, so a caller's time budget is spent on work."""
+    i, b, f = np.zeros(1, np.int64), np.zeros(1, np.bool_), np.zeros(1)
+    _recurrence(i, b, f, b, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, False, 0.0, 1.0, 1.0)
