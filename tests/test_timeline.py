@@ -95,3 +95,18 @@ def test_over_budget_plan_is_refused(toy_machine):
     m = toy_model()
     with pytest.raises(PlanError, match="vram: the plan needs .* raise --vram"):
         simulate(m, toy_machine, toy_plan(m, "vram"), ONE, Budgets(vram_bytes=10, ram_bytes=100, pinned_bytes=100))
+
+
+def test_big_steps_copy_cpu_layers_from_where_they_live(toy_machine):
+    """llama.cpp's rule: a step with enough tokens copies CPU-placed layers to the GPU - at the pinned speed from
+    pinned buffers (2 B/s), at the pageable speed from pageable memory (1 B/s); small steps compute them on the CPU."""
+    from sim.plan import Placement, Plan
+    m = toy_model()
+    for tier, speed in (("ram_pinned", 2.0), ("ram_pageable", 1.0)):
+        plan = Plan(model="toy", machine="toy", placements=tuple(Placement(unit=u.name, tier=tier, compute="cpu") for u in m.units),
+                    prefetch_depth=0, vram_slots=1, pinned_slots=0, gpu_offload_min_tokens=4)
+        res = simulate(m, toy_machine, plan, Workload(prompt_tokens=4, new_tokens=2), BIG)
+        copies = [e for e in res.events if e.stage == "copy"]
+        assert [e.token for e in copies] == [0, 0, 0]  # the 4-token prefill only
+        assert [e.duration_s for e in copies] == pytest.approx([nb / speed for nb in (4, 8, 2)])
+        assert {e.resource for e in res.events if e.stage == "compute" and e.token == 1} == {"cpu"}
