@@ -60,8 +60,17 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     events = list(res.events)
     path = critical_path(events, plan.prefetch_depth)
     crit = path_breakdown(path)
-    attrib = [a for a in stall_attribution(model, machine, plan, w)[: args.attribution] if a["gain_s"] > 0] \
-        if args.attribution and plan.reader_threads == 1 else []
+    attrib = []
+    if args.attribution and plan.reader_threads == 1:
+        # candidates: the units the GPU waited for longest, and the ones the CPU spent longest on
+        cost: dict[str, float] = {}
+        tiers = plan.tiers()
+        for e in events:
+            if e.stage == "wait" or (e.stage == "compute" and e.resource == "cpu"):
+                cost[e.unit] = cost.get(e.unit, 0.0) + e.duration_s
+        units = [u for u in sorted(cost, key=cost.get, reverse=True) if tiers[u].tier != "vram"][: 3 * args.attribution]
+        attrib = [a for a in stall_attribution(model, machine, plan, w, units=units or None)[: args.attribution]
+                  if a["gain_s"] > 0]
     if args.gantt:
         from sim.plots import gantt
         last = max(0, w.new_tokens - 3)
