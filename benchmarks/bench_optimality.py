@@ -5,7 +5,6 @@ Run: python benchmarks/bench_optimality.py [--instances 20] [--max-layers 7]"""
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 import time
@@ -15,27 +14,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import planner.core as core  # noqa: E402
-from planner.search import LOADER_SETTINGS, build  # noqa: E402
-from sim.memory import PlanError, check_plan  # noqa: E402
 from sim.plan import Budgets, Workload  # noqa: E402
 from sim.simulate import fast_simulate  # noqa: E402
 from tests.conftest import TOY  # noqa: E402
+from tests.test_planner import brute_force  # noqa: E402  (the test's brute force, over the same space)
 from tests.toys import toy_model  # noqa: E402
 
 THREE = ("vram", "ram_pinned", "disk_raw")
-
-
-def brute(model, w, b) -> float:
-    best = float("inf")
-    for combo in itertools.product([(t, "gpu") for t in THREE], repeat=len(model.units)):
-        for s in LOADER_SETTINGS:
-            p = build(model, TOY, list(combo), s, None)
-            try:
-                check_plan(model, p, w, b)
-            except PlanError:
-                continue
-            best = min(best, fast_simulate(model, TOY, p, w, b)["time_per_token_s"])
-    return best
 
 
 if __name__ == "__main__":
@@ -54,7 +39,7 @@ if __name__ == "__main__":
         w = Workload(prompt_tokens=1, new_tokens=int(rng.integers(2, 5)))
         b = Budgets(vram_bytes=2 * max(sizes) + int(rng.integers(0, 80)), ram_bytes=3 * max(sizes) + int(rng.integers(40, 200)),
                     pinned_bytes=2 * max(sizes) + int(rng.integers(20, 100)))
-        opt = brute(model, w, b)
+        opt = brute_force(model, w, b)
         got = core.plan(model, TOY, w, b, tiers=THREE, allow_cpu=False, time_budget_s=2.0)
         if opt == float("inf"):
             continue

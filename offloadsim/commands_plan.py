@@ -5,6 +5,7 @@ import argparse
 import json
 
 from hwmodels.presets import load_machine
+from hwmodels.units import InputError
 from offloadsim.cli import command, emit
 from offloadsim.commands import resolve_model
 from offloadsim.commands_sim import resolve_budgets, resolve_workload
@@ -91,6 +92,8 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     machine = load_machine(args.machine)
     model = resolve_model(args)
     w = resolve_workload(args)
+    if args.points < 2:
+        raise InputError(f"points: {args.points} budgets cannot draw a curve; give --points 2 or more.")
     ram = resolve_budgets(args, machine).ram_bytes if args.ram else None
     data = sweep(model, machine, w, points=args.points, ram=ram)
     plot(data, args.out)
@@ -108,7 +111,11 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     from sim.plan import Workload
     machine = load_machine(args.machine)
     model = resolve_model(args)
-    vary = parse_vary(args.vary) or {"storage": [machine.storage.name and "nvme-gen4", "nvme-gen5"]}
+    if not args.vary:
+        raise InputError("vary: nothing to vary; give at least one --vary KEY=V1,V2, e.g. --vary storage=nvme-gen4,nvme-gen5.")
+    if args.workers < 1:
+        raise InputError(f"workers: {args.workers} must be at least 1.")
+    vary = parse_vary(args.vary)
     w = Workload(batch=args.batch, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
     data = grid(model, machine, w, vary, workers=args.workers, progress=not args.json)
     if args.plot:

@@ -43,6 +43,9 @@ def validate_cmd(args: argparse.Namespace) -> int:
     from validate.store import build_store
 
     ckpt = Path(args.checkpoint)
+    if not ckpt.is_dir():
+        raise InputError(f"checkpoint: {args.checkpoint!r} is not a folder; give a Hugging Face checkpoint folder "
+                         "(make one with 'offloadsim make-checkpoint').")
     shape = load_model(str(ckpt))
     config = json.loads((ckpt / "config.json").read_text())
     machine = load_machine(args.profile or "h200-testbox")

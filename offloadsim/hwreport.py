@@ -1,7 +1,7 @@
 """Hardware reports for the CLI: machine listings with sources and the VRAM/host-link gap table."""
 from __future__ import annotations
 
-from hwmodels import get_machine, gpu_presets, link_presets, list_machines, machine_sources
+from hwmodels import get_machine, gpu_presets, list_machines, machine_sources
 from hwmodels.specs import pcie_theoretical_bytes_per_s
 
 
@@ -50,4 +50,4 @@ def format_gap(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["machines_rows", "machine_detail", "gap_rows", "format_gap", "link_presets"]
+__all__ = ["machines_rows", "machine_detail", "gap_rows", "format_gap"]

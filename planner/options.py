@@ -10,16 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from hwmodels.specs import MachineSpec
-from sim.equations import Codec
+from sim.equations import TIERS, Codec
 from sim.plan import Budgets, Placement, Plan, Workload
 from sim.schedule import build_schedule
 from sim.shapes import ModelShape
 
-GPU_OPTIONS = ("vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed")
+GPU_OPTIONS = TIERS
 OPTIONS: tuple[tuple[str, str], ...] = tuple((t, "gpu") for t in GPU_OPTIONS) + (
     ("ram_pinned", "cpu"), ("ram_pageable", "cpu"), ("disk_raw", "cpu"))
 RESOURCES = ("compute", "copy", "read", "unpack")
-UNLIMITED = Budgets(vram_bytes=2**62, ram_bytes=2**62, pinned_bytes=2**62)
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "al
     for device in ("gpu", "cpu"):
         placements = tuple(Placement(unit=u.name, tier="ram_pageable", compute=device) for u in model.units)
         plan = Plan(model=model.name, machine=machine.name, placements=placements, prefetch_depth=0, vram_slots=1)
-        sch = build_schedule(model, machine, plan, w, UNLIMITED)
+        sch = build_schedule(model, machine, plan, w, Budgets.unlimited())
         keep = sch.step >= (1 if phase == "decode" and w.new_tokens > 1 else 0)
         scale = max(w.new_tokens - 1, 1) if phase == "decode" else 1
         out.append((np.bincount(sch.unit[keep], minlength=n) / scale,
@@ -131,7 +130,6 @@ def groups(costs: OptionCosts) -> list[np.ndarray]:
                                                                  costs.allowed.astype(float)], axis=1)
     scale = np.maximum(np.abs(rows).max(axis=0), 1e-30)
     keys = np.round(rows / scale, 9)
-    _, inverse = np.unique(keys, axis=0, return_inverse=True)
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     inverse = inverse.ravel()
-    order = sorted(set(inverse.tolist()), key=lambda g: int(np.flatnonzero(inverse == g)[0]))
-    return [np.flatnonzero(inverse == g) for g in order]
+    return [np.flatnonzero(inverse == g) for g in np.argsort(first)]

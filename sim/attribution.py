@@ -11,11 +11,10 @@ from sim.plan import Budgets, Placement, Plan, Workload
 from sim.schedule import build_schedule
 from sim.shapes import ModelShape
 
-UNLIMITED = Budgets(vram_bytes=2**62, ram_bytes=2**62, pinned_bytes=2**62)
 
 
 def _tpot(model, machine, plan, w) -> float:
-    sch = build_schedule(model, machine, plan, w, UNLIMITED)
+    sch = build_schedule(model, machine, plan, w, Budgets.unlimited())
     r = evaluate(sch, plan.prefetch_depth, plan.overlap_copy, plan.vram_slots, plan.pinned_slots)
     return step_times(sch, r.c_end)[1]
 

@@ -14,6 +14,7 @@ from hwmodels.units import InputError
 
 Tier = Literal["vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed"]
 TIERS: tuple[str, ...] = ("vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed")
+STAGED_TIERS = ("ram_compressed", "disk_raw", "disk_compressed")  # pass through a pinned staging buffer
 
 
 class Codec(BaseModel):

@@ -42,7 +42,7 @@ class _Cfg:
         return self.cfg.get(key, default)
 
 
-def _head(c: _Cfg, fmt: WeightFormat, h: int, vocab: int, n_blocks: int, tied: bool, norm_params: int,
+def _head(fmt: WeightFormat, h: int, vocab: int, n_blocks: int, tied: bool, norm_params: int,
           embed_modules=("model.embed_tokens",), head_modules=("model.norm", "lm_head"), extra_embed: int = 0):
     emb = make_unit(fmt, name=embed_modules[0], kind="embedding", block=-1, modules=embed_modules,
                     matrix_params=vocab * h + extra_embed, flop_params=0, hidden=h)
@@ -70,7 +70,7 @@ def _dense(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     h, n_layers, inter, vocab = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("intermediate_size"), c.int("vocab_size")
     a_mat, a_small, a_flops, kv = _gqa_attention(c, h, qkv_bias=(t == "qwen2") or bool(cfg.get("attention_bias")),
                                                  qk_norm=(t == "qwen3"))
-    emb, head = _head(c, fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
+    emb, head = _head(fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
     units = [emb]
     for i in range(n_layers):
         units.append(make_unit(fmt, name=f"model.layers.{i}", kind="decoder", block=i, modules=(f"model.layers.{i}",),
@@ -112,7 +112,7 @@ def _moe_gqa(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     else:
         n_exp, topk, e_inter, prefix = c.int("num_experts"), c.int("num_experts_per_tok"), c.int("moe_intermediate_size"), "model.layers.{i}.mlp"
     a_mat, a_small, a_flops, kv = _gqa_attention(c, h, qkv_bias=(t == "qwen2_moe"), qk_norm=(t == "qwen3_moe"))
-    emb, head = _head(c, fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
+    emb, head = _head(fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
     units = [emb]
     for i in range(n_layers):
         units += _moe_block(fmt, i, h, prefix, n_exp, e_inter, a_mat, a_small, a_flops, kv, 0)
@@ -135,7 +135,7 @@ def _deepseek(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     n_exp, topk = c.int("n_routed_experts"), c.int("num_experts_per_tok")
     dense_layers, freq = c.int("first_k_dense_replace", 0), c.int("moe_layer_freq", 1)
     router_bias = n_exp if cfg.get("model_type") == "deepseek_v3" else 0
-    emb, head = _head(c, fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
+    emb, head = _head(fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
     units = [emb]
     for i in range(n_layers):
         dense = i < dense_layers or (i % max(freq, 1) != 0)
@@ -157,7 +157,7 @@ def _opt(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
         raise InputError(f"{source}: word_embed_proj_dim {cfg['word_embed_proj_dim']} differs from hidden_size {h}; "
                          "OPT-350m's projections are not supported, use another OPT size.")
     positions = c.int("max_position_embeddings") + 2  # OPT's learned positions carry an offset of 2
-    emb, head = _head(c, fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", True)), 2 * h,
+    emb, head = _head(fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", True)), 2 * h,
                       embed_modules=("model.decoder.embed_tokens", "model.decoder.embed_positions"),
                       head_modules=("model.decoder.final_layer_norm", "lm_head"), extra_embed=positions * h)
     units = [emb]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hwmodels.units import InputError
+from sim.equations import STAGED_TIERS
 from sim.plan import Budgets, Plan, Workload
 from sim.shapes import ModelShape
 
@@ -58,7 +59,7 @@ def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     sizes = {u.name: u.nbytes for u in model.units}
     streamed = streamed_units(model, plan, w)
     slot = max((sizes[n] for n in streamed), default=0)
-    staged_host = [n for n in streamed if t[n].tier in ("ram_compressed", "disk_raw", "disk_compressed")]
+    staged_host = [n for n in streamed if t[n].tier in STAGED_TIERS]
     pin_slot = max((sizes[n] for n in staged_host), default=0) if plan.pinned_staging else 0
     ratio = plan.codec.ratio if plan.codec else 1.0
     ram_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pageable") + \

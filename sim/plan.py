@@ -91,6 +91,11 @@ class Budgets(Spec):
     pinned_bytes: NonNegativeInt = Field(description="Pinned RAM (resident pinned weights and staging).")
 
     @classmethod
+    def unlimited(cls) -> "Budgets":
+        """No memory limit: for counterfactual and profiling runs."""
+        return cls(vram_bytes=2**62, ram_bytes=2**62, pinned_bytes=2**62)
+
+    @classmethod
     def of(cls, machine: MachineSpec, vram: int | None = None, ram: int | None = None, pinned: int | None = None) -> "Budgets":
         """Defaults: the whole VRAM, the whole RAM less 4 GiB for the OS, half the RAM pinnable."""
         ram_b = ram if ram is not None else max(machine.host_memory.capacity_bytes - 4 * 2**30, 0)

@@ -11,6 +11,7 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from sim.compute import cpu_compute_s, gpu_compute_s
+from sim.equations import STAGED_TIERS
 from sim.memory import MemoryUse, check_plan
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
@@ -90,7 +91,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         tier = p.tier if p.tier in ("ram_pinned", "vram") or not (offload and p.compute == "cpu") else "ram_pageable"
         read = u.nbytes * (ratio if tier == "disk_compressed" else 1.0) if load and tier.startswith("disk") else 0.0
         unpack = u.nbytes / unpack_speed if load and tier.endswith("compressed") else 0.0
-        staged = plan.pinned_staging and tier in ("ram_compressed", "disk_raw", "disk_compressed")
+        staged = plan.pinned_staging and tier in STAGED_TIERS
         speed = link.pinned_h2d_bytes_per_s if (tier == "ram_pinned" or staged) else link.pageable_h2d_bytes_per_s
         gpu_load = load == GPU_LOAD
         return (cpu, load, read, unpack, link.latency_s + u.nbytes / speed if gpu_load else 0.0,

@@ -112,3 +112,8 @@ def test_full_loop_cli(ckpt, tmp_path, capsys):
 def test_validate_bad_plan(ckpt, capsys):
     rc = main(["validate", "--checkpoint", str(ckpt), "--plan", "nonsense"])
     assert rc == 2 and "neither a plan file nor a policy" in capsys.readouterr().err
+
+
+def test_validate_missing_checkpoint(capsys, tmp_path):
+    rc = main(["validate", "--checkpoint", str(tmp_path / "nope"), "--plan", "stream"])
+    assert rc == 2 and "is not a folder" in capsys.readouterr().err

@@ -31,3 +31,12 @@ def test_pareto(capsys, tmp_path):
     for row in data["by_vram"]:
         others = [v for k, v in row.items() if k not in ("vram_bytes", "planner") and v]
         assert row["planner"] <= min(others) * (1 + 1e-6)
+
+
+def test_sweep_arguments_refused_with_one_sentence(capsys):
+    for argv, match in ((["whatif", "qwen3-14b"], "vary: nothing to vary"),
+                        (["whatif", "qwen3-14b", "--vary", "link=pcie4", "--workers", "0"], "workers: 0 must be at least 1"),
+                        (["pareto", "qwen3-14b", "--points", "1"], "points: 1 budgets cannot draw a curve")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert match in err and "Traceback" not in err

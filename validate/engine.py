@@ -7,6 +7,7 @@ device is the CPU and the copy stage is a host copy.
 """
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from hwmodels.specs import MachineSpec
+from sim.equations import STAGED_TIERS
 from sim.events import Event
 from sim.plan import Budgets, Plan, Workload
 from sim.schedule import CPU_READ, GPU_LOAD, build_schedule
@@ -24,9 +26,6 @@ from sim.shapes import ModelShape
 from validate import model as M
 from validate.recording import Clock, to_events
 from validate.store import decompress_into, drop_cache, file_meta, read_bytes, read_into, views
-
-UNLIMITED = Budgets(vram_bytes=2**62, ram_bytes=2**62, pinned_bytes=2**62)
-
 
 @dataclass
 class RunResult:
@@ -47,10 +46,9 @@ class Engine:
         self.cuda = self.device.type == "cuda"
         self.machine = machine
         self.unpack_threads = unpack_threads or machine.cpu.unpack_threads
-        index = __import__("json").loads((self.store / "store.json").read_text())["units"]
-        self.files = {n: e for n, e in index.items()}
-        self.meta = {n: file_meta(self.store / e["raw"]) for n, e in index.items()}
-        self.zmeta = {n: file_meta(self.store / e["zst"]) for n, e in index.items() if "zst" in e}
+        self.files = json.loads((self.store / "store.json").read_text())["units"]
+        self.meta = {n: file_meta(self.store / e["raw"]) for n, e in self.files.items()}
+        self.zmeta = {n: file_meta(self.store / e["zst"]) for n, e in self.files.items() if "zst" in e}
         self.tiers = plan.tiers()
         self._materialize()
 
@@ -79,7 +77,7 @@ class Engine:
         sch_units = [u.name for u in self.shape.units if self.tiers[u.name].tier != "vram"]
         slot = max((self.meta[n]["nbytes"] for n in sch_units), default=0)
         self.vram_slots = [torch.empty(slot, dtype=torch.uint8, device=self.device) for _ in range(self.plan.vram_slots)] if slot else []
-        staged = [n for n in sch_units if self.tiers[n].tier in ("ram_compressed", "disk_raw", "disk_compressed")]
+        staged = [n for n in sch_units if self.tiers[n].tier in STAGED_TIERS]
         pslot = max((self.meta[n]["nbytes"] for n in staged), default=0)
         self.pinned_slots = [self._host_buffer(pslot, True) for _ in range(max(self.plan.pinned_slots, 1))] if pslot else []
 
@@ -91,7 +89,7 @@ class Engine:
 
     # -- the run -------------------------------------------------------------------------------------------------
     def run(self, w: Workload, prompt: torch.Tensor | None = None, cold: bool = False) -> RunResult:
-        sch = build_schedule(self.shape, self.machine, self.plan, w, UNLIMITED)
+        sch = build_schedule(self.shape, self.machine, self.plan, w, Budgets.unlimited())
         n = len(sch)
         units, steps = sch.unit.tolist(), sch.step.tolist()
         load, read_b, unpack_s, pin = sch.load.tolist(), sch.read_bytes.tolist(), sch.unpack_s.tolist(), sch.pinned_slot.tolist()
@@ -290,8 +288,6 @@ class Engine:
                         if load[i] == GPU_LOAD:
                             vram_pool.put((slot_of[i], None))
                     finished[i].set()
-                    if load[i] == CPU_READ and staging[i] is not None and pin[i]:
-                        pinned_pool.put(staging[i])
             if self.cuda:
                 torch.cuda.synchronize()
             failed = False
