@@ -9,9 +9,6 @@ from hwmodels.units import InputError
 from offloadsim.cli import command, emit
 from offloadsim.commands import resolve_model
 from offloadsim.commands_sim import resolve_budgets, resolve_workload
-from planner import plan_with_report
-from planner.export import to_accelerate, to_llamacpp
-from planner.pareto import plot, sweep
 from sim.attribution import stall_attribution
 
 GiB = 2**30
@@ -38,6 +35,8 @@ def _collapse(rows: list[dict]) -> list[tuple[dict, int]]:
 
 @command("plan")
 def plan_cmd(args: argparse.Namespace) -> int:
+    from planner import plan_with_report
+    from planner.export import to_accelerate, to_llamacpp
     machine = load_machine(args.machine)
     model = resolve_model(args)
     w = resolve_workload(args)
@@ -55,7 +54,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
             "prefetch_depth": plan.prefetch_depth, "vram_slots": plan.vram_slots, "pinned_slots": plan.pinned_slots}
     attrib = {}
     if plan.feasible and args.explain and len(model.units) < 2000:
-        attrib = {a["unit"]: a["gain_s"] for a in stall_attribution(model, machine, plan, w, limit=len(model.units))}
+        attrib = {a["unit"]: a["gain_s"] for a in stall_attribution(model, machine, plan, w, budgets, limit=len(model.units))}
     data["layers"] = _placement_rows(model, plan, attrib)
     if args.export and plan.feasible:
         data["export"] = to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes) if args.export == "accelerate" \
@@ -89,6 +88,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
 
 @command("pareto")
 def pareto_cmd(args: argparse.Namespace) -> int:
+    from planner.pareto import plot, sweep
     machine = load_machine(args.machine)
     model = resolve_model(args)
     w = resolve_workload(args)

@@ -69,7 +69,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
             if e.stage == "wait" or (e.stage == "compute" and e.resource == "cpu"):
                 cost[e.unit] = cost.get(e.unit, 0.0) + e.duration_s
         units = [u for u in sorted(cost, key=cost.get, reverse=True) if tiers[u].tier != "vram"][: 3 * args.attribution]
-        attrib = [a for a in stall_attribution(model, machine, plan, w, units=units or None)[: args.attribution]
+        attrib = [a for a in stall_attribution(model, machine, plan, w, budgets, units=units or None)[: args.attribution]
                   if a["gain_s"] > 0]
     if args.gantt:
         from sim.plots import gantt
