@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, NonNegativeFloat
 
+from hwmodels.profiles import ComputeGrid, H2DPoint
+
 
 class Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,6 +37,8 @@ class HostMemorySpec(Spec):
     capacity_bytes: PositiveInt = Field(description="Installed RAM.")
     bandwidth_bytes_per_s: PositiveFloat = Field(description="Achievable RAM bandwidth for streaming reads (all cores).")
     memcpy_bytes_per_s: PositiveFloat = Field(description="Single-thread memcpy speed (e.g. pageable -> pinned).")
+    pin_bytes_per_s: PositiveFloat = Field(default=1.44e9, description="Speed of allocating page-locked (pinned) host "
+                                           "memory; default measured on the H200 host (h200-stream-probe.json).")
 
 
 class LinkSpec(Spec):
@@ -44,6 +48,8 @@ class LinkSpec(Spec):
     pinned_h2d_bytes_per_s: PositiveFloat = Field(description="Achieved host-to-device copy speed from pinned memory.")
     pageable_h2d_bytes_per_s: PositiveFloat = Field(description="Achieved host-to-device copy speed from pageable memory.")
     latency_s: NonNegativeFloat = Field(default=10e-6, description="Fixed cost per copy.")
+    by_size: tuple[H2DPoint, ...] = Field(default=(), description="Measured copy speeds by transfer size (calibrate); "
+                                          "when present they replace the two speeds above, interpolated in log size.")
 
     @property
     def theoretical_bytes_per_s(self) -> float:
@@ -72,6 +78,8 @@ class CpuSpec(Spec):
     unpack_bytes_per_s_per_thread: dict[str, PositiveFloat] = Field(
         description="Lossless decode speed per thread by codec, in decoded bytes per second.")
     unpack_threads: PositiveInt = Field(description="Threads an engine gives to unpacking.")
+    copy_contention: float = Field(default=1.0, ge=1.0, description="CPU compute time multiplier while host-to-device "
+                                   "copies, reads or unpacking run beside it (shared cores and DRAM); calibrate measures it.")
 
 
 class MachineSpec(Spec):
@@ -82,6 +90,8 @@ class MachineSpec(Spec):
     storage: StorageSpec
     host_memory: HostMemorySpec
     cpu: CpuSpec
+    compute_grids: tuple[ComputeGrid, ...] = Field(default=(), description="Measured compute tables per unit kind "
+                                                   "and device (calibrate); units without one use the roofline.")
     sources: dict[str, str] = Field(default_factory=dict, description="Field path -> source of its value.")
 
     def with_overrides(self, **paths: float | int | str) -> "MachineSpec":

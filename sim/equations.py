@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+import numpy as np
+
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
 from hwmodels.specs import MachineSpec
@@ -51,10 +53,25 @@ def read_time_s(stored_nbytes: float, machine: MachineSpec, warm: bool) -> float
     return st.request_latency_s + stored_nbytes / (st.cache_read_bytes_per_s if warm else st.cold_read_bytes_per_s)
 
 
+def copy_bytes_per_s(nbytes: float, machine: MachineSpec, pinned: bool = True) -> float:
+    """Host-to-device speed for one copy of `nbytes`: measured by size where calibrate gave a table (linear in log
+    size between points, the end values outside), else the link's single pinned or pageable speed."""
+    link = machine.link
+    if not link.by_size:
+        return link.pinned_h2d_bytes_per_s if pinned else link.pageable_h2d_bytes_per_s
+    pts = sorted(link.by_size, key=lambda p: p.nbytes)
+    speeds = [p.pinned_bytes_per_s if pinned else p.pageable_bytes_per_s for p in pts]
+    return float(np.interp(np.log(max(nbytes, 1.0)), [np.log(p.nbytes) for p in pts], speeds))
+
+
 def copy_time_s(nbytes: float, machine: MachineSpec, pinned: bool = True) -> float:
     """One host-to-device copy from pinned or pageable memory."""
-    link = machine.link
-    return link.latency_s + nbytes / (link.pinned_h2d_bytes_per_s if pinned else link.pageable_h2d_bytes_per_s)
+    return machine.link.latency_s + nbytes / copy_bytes_per_s(nbytes, machine, pinned)
+
+
+def pin_time_s(nbytes: float, machine: MachineSpec) -> float:
+    """Allocating (page-locking) `nbytes` of pinned host memory."""
+    return nbytes / machine.host_memory.pin_bytes_per_s
 
 
 def t_prep(nbytes: float, tier: str, machine: MachineSpec, *, warm: bool = False, codec: Codec | None = None,

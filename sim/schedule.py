@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hwmodels.specs import MachineSpec
-from sim.compute import cpu_compute_s, gpu_compute_s
-from sim.equations import STAGED_TIERS
+from sim.compute import compute_sources, cpu_compute_s, gpu_compute_s
+from sim.equations import STAGED_TIERS, copy_time_s
 from sim.memory import MemoryUse, check_plan
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
@@ -45,6 +45,7 @@ class Schedule:
     cache_capacity_bytes: float = 0.0
     warm_keys: list[tuple[int, float]] = field(default_factory=list)  # (unit, bytes) preloaded LRU order, oldest first
     memory: MemoryUse | None = None
+    compute_sources: dict[str, str] = field(default_factory=dict)  # unit kind@device -> 'profile' or 'roofline'
 
     def __len__(self) -> int:
         return len(self.unit)
@@ -65,7 +66,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     mem = check_plan(model, plan, w, budgets)
     t = plan.tiers()
     units = model.units
-    st, link = machine.storage, machine.link
+    st = machine.storage
     sch = Schedule(names=[u.name for u in units], n_steps=w.new_tokens, memory=mem,
                    read_latency_s=st.request_latency_s, cold_bytes_per_s=st.cold_read_bytes_per_s,
                    cache_bytes_per_s=st.cache_read_bytes_per_s, cache_capacity_bytes=mem.page_cache_bytes)
@@ -75,27 +76,26 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         if model.is_moe else None
     rng = np.random.default_rng(w.seed + 1)
     cache: dict[tuple, float] = {}
+    sch.compute_sources = compute_sources(units, machine, model.family)
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
-        u = units[ui]
-        key = (u.kind, u.nbytes, u.flop_params, u.attn_flops_per_ctx_token, cpu, batch, new, ctx)
+        key = (ui, cpu, batch, new, ctx)  # the unit index names its shape, kind and family within one model
         if key not in cache:
-            cache[key] = (cpu_compute_s if cpu else gpu_compute_s)(u, machine, batch, new, ctx)
+            cache[key] = (cpu_compute_s if cpu else gpu_compute_s)(units[ui], machine, batch, new, ctx, model.family)
         return cache[key]
 
     def row(ui: int, offload: bool) -> tuple:
-        """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot)."""
+        """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot).
+        A CPU-placed unit computed on the GPU for a large step (offload) is copied from where it lives."""
         u, p = units[ui], t[units[ui].name]
         cpu = p.compute == "cpu" and not offload
         load = GPU_LOAD if (not cpu and p.tier != "vram") else CPU_READ if (cpu and p.tier.startswith("disk")) else 0
-        tier = p.tier if p.tier in ("ram_pinned", "vram") or not (offload and p.compute == "cpu") else "ram_pageable"
-        read = u.nbytes * (ratio if tier == "disk_compressed" else 1.0) if load and tier.startswith("disk") else 0.0
-        unpack = u.nbytes / unpack_speed if load and tier.endswith("compressed") else 0.0
-        staged = plan.pinned_staging and tier in STAGED_TIERS
-        speed = link.pinned_h2d_bytes_per_s if (tier == "ram_pinned" or staged) else link.pageable_h2d_bytes_per_s
+        read = u.nbytes * (ratio if p.tier == "disk_compressed" else 1.0) if load and p.tier.startswith("disk") else 0.0
+        unpack = u.nbytes / unpack_speed if load and p.tier.endswith("compressed") else 0.0
+        staged = plan.pinned_staging and p.tier in STAGED_TIERS
         gpu_load = load == GPU_LOAD
-        return (cpu, load, read, unpack, link.latency_s + u.nbytes / speed if gpu_load else 0.0,
-                float(u.nbytes) if gpu_load else 0.0, gpu_load and staged)
+        copy = copy_time_s(u.nbytes, machine, pinned=p.tier == "ram_pinned" or staged) if gpu_load else 0.0
+        return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged
 
     rows = {False: [row(i, False) for i in range(len(units))]}
     order: list[tuple[int, int]] = []  # (unit, -1) or (first expert unit of a block, block)
@@ -126,6 +126,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         if offload not in rows:
             rows[offload] = [row(i, offload) for i in range(len(units))]
         rs = rows[offload]
+        first = len(sch.unit)
         router_item: dict[int, int] = {}
         for ui, block in order:
             if block < 0:
@@ -142,9 +143,20 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
                     hit = plan.expert_predictor_hit_rate is not None and rng.random() < plan.expert_predictor_hit_rate
                     gate = router_item.get(block - 1, -1) if hit else router_item[block]
                 add(ei, s, rs[ei], compute_time(ei, rs[ei][0], int(counts[e]), 1, 0), gate)
+        _contend(sch, first, machine.cpu.copy_contention)
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
+
+
+def _contend(sch: Schedule, first: int, factor: float) -> None:
+    """CPU compute shares cores and DRAM with the copier, reads and unpacking: in a step that streams weights to
+    the GPU, CPU-computed items take `factor` times their time alone (cpu.copy_contention, measured by calibrate)."""
+    if factor == 1.0 or not any(x == GPU_LOAD for x in sch.load[first:]):
+        return
+    for i in range(first, len(sch.unit)):
+        if sch.on_cpu[i]:
+            sch.compute_s[i] *= factor
 
 
 def _warm_contents(sch: Schedule) -> list[tuple[int, float]]:

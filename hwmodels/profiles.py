@@ -1,0 +1,54 @@
+"""Measured tables that a calibration run adds to a machine: compute time per unit kind and copy speed by size.
+
+A `ComputeGrid` holds the seconds one unit of one architecture takes on one device, timed inside the engine as it
+runs (back to back, through its own dispatch path), over batch x prompt tokens (prefill, empty cache) and batch x
+context (decode, one new token). The simulator interpolates it (sim/compute.py). An `H2DPoint` is one measured
+host-to-device copy size with its pinned and pageable speeds.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class UnitSignature(_Spec):
+    """What makes two units compute alike: family (norms, launch pattern), kind and the shapes that set the work."""
+    family: str = Field(description="config.json model_type, e.g. 'llama' or 'qwen3'.")
+    kind: str = Field(description="Unit kind: embedding, decoder, lm_head, ...")
+    flop_params: int = Field(ge=0, description="Parameters multiplied per token.")
+    attn_flops_per_ctx_token: int = Field(ge=0, description="Attention FLOPs per query per context token.")
+    hidden: int = Field(ge=0, description="Hidden size.")
+
+
+class ComputeGrid(_Spec):
+    unit: UnitSignature
+    device: Literal["gpu", "cpu"] = Field(description="Where the unit was computed.")
+    batch: tuple[PositiveInt, ...] = Field(description="Batch sizes measured, ascending.")
+    prefill_tokens: tuple[PositiveInt, ...] = Field(description="Prompt lengths measured (empty cache), ascending.")
+    prefill_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][prompt length].")
+    decode_context: tuple[PositiveInt, ...] = Field(description="Cache lengths measured for one new token, ascending.")
+    decode_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][context].")
+    source: str = Field(default="", description="Machine, date and method of the measurement.")
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "ComputeGrid":
+        for axis, name in ((self.batch, "batch"), (self.prefill_tokens, "prefill_tokens"),
+                           (self.decode_context, "decode_context")):
+            if list(axis) != sorted(set(axis)):
+                raise ValueError(f"{name} must be strictly ascending, got {list(axis)}")
+        for table, cols, name in ((self.prefill_s, self.prefill_tokens, "prefill_s"),
+                                  (self.decode_s, self.decode_context, "decode_s")):
+            if len(table) != len(self.batch) or any(len(row) != len(cols) for row in table):
+                raise ValueError(f"{name} must be [len(batch)={len(self.batch)}][{len(cols)}]")
+        return self
+
+
+class H2DPoint(_Spec):
+    nbytes: PositiveInt = Field(description="Copy size.")
+    pinned_bytes_per_s: PositiveFloat = Field(description="Host-to-device speed from pinned memory at this size.")
+    pageable_bytes_per_s: PositiveFloat = Field(description="Host-to-device speed from pageable memory at this size.")
