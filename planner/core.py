@@ -1,39 +1,68 @@
-"""plan() and plan_with_report(): MILP candidates + baselines -> local search -> SimPy confirmation."""
+"""plan() and plan_with_report(): seeds (integer program, known placements, baselines) -> converged local search ->
+the best of the search and every seed on the real workload -> SimPy confirmation and the lower bound.
+
+Deterministic: the search stops on convergence (or exhaustion of a tiny instance), never on the clock; a time limit
+exists only as a safety net and is reported (`PlanReport.stopped`) when it fires.
+"""
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hwmodels.specs import MachineSpec
+from hwmodels.units import InputError
 from planner.baselines import baseline_plans
-from planner.milp import solve
-from planner.options import OPTIONS, groups, option_costs, usage
-from planner.search import EXACT_LIMIT, LOADER_SETTINGS, best_settings, exact, local_search, score, spread
+from planner.bound import lower_bound
+from planner.candidates import coarse_groups, milp_candidates
+from planner.evaluator import Evaluator, assignment_of, is_planner_runtime, settings_of
+from planner.options import OPTIONS, option_costs, usage
+from planner.search import EXACT_LIMIT, Outcome, Search, exact, exact_size
+from planner.seeds import known_placements
 from sim.equations import Codec, machine_codec
 from sim.fast import warm_up
-from sim.memory import activation_bytes, kv_cache_bytes, min_vram_bytes
+from sim.memory import PlanError, activation_bytes, kv_cache_bytes, min_vram_bytes
 from sim.plan import Budgets, Placement, Plan, Workload
+from sim.policies import POLICIES
 from sim.shapes import ModelShape
 
 GiB = 2**30
+SAFETY_S = 300.0   # wall-clock safety net of the search (reported when it fires; never the normal stop)
 
 
 @dataclass(frozen=True)
 class PlanReport:
     plan: Plan
     summary: dict = field(default_factory=dict)          # SimPy confirmation of the chosen plan
-    lower_bound_s: float = float("nan")                  # MILP bound on the request's total time
+    lower_bound_s: float = float("nan")                  # bound on the request's total time (planner/bound.py)
     baselines: dict = field(default_factory=dict)        # name -> {"time_per_token_s", "total_s"} or {"error"}
     candidates: int = 0
     seconds: float = 0.0
+    converged: bool = True                               # the search ended at a local optimum (or exhaustively)
+    stopped: str = "converged"                           # why the search stopped: converged, exhaustive, a limit
+    evaluations: int = 0                                 # plans scored by the search
+    seeds: dict = field(default_factory=dict)            # seed name -> objective on the real workload
+    chosen_from: str = "search"                          # the search, or the seed that beat it
 
     @property
     def gap(self) -> float:
         """Relative gap of the simulated total time to the lower bound."""
         return self.summary["total_s"] / self.lower_bound_s - 1 if self.summary and self.lower_bound_s > 0 else float("nan")
+
+
+def check_budgets(machine: MachineSpec, budgets: Budgets) -> None:
+    """Refuse budgets above the machine's hardware, naming the field, the value and the fix."""
+    for name, value, cap, fix in (
+            ("vram", budgets.vram_bytes, machine.gpu.vram_bytes,
+             f"lower --vram to at most the {machine.gpu.name}'s VRAM or pick a GPU with more (whatif --vary gpu=...)"),
+            ("ram", budgets.ram_bytes, machine.host_memory.capacity_bytes,
+             "lower --ram to at most the machine's RAM or vary ram= in whatif"),
+            ("pinned", budgets.pinned_bytes, machine.host_memory.capacity_bytes,
+             "lower --pinned to at most the machine's RAM")):
+        if value > cap:
+            raise InputError(f"{name}: budget {value / GiB:.2f} GiB ({value} bytes) exceeds the {machine.name} "
+                             f"machine's {cap / GiB:.2f} GiB; {fix}.")
 
 
 def _infeasible(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
@@ -50,117 +79,119 @@ def _infeasible(model: ModelShape, machine: MachineSpec, w: Workload, budgets: B
                 reason=reason)
 
 
-STAGED = {("ram_compressed", "gpu"), ("disk_raw", "gpu"), ("disk_compressed", "gpu")}
+def peer_plans(model, machine, w, budgets) -> dict[str, Plan | str]:
+    """Every baseline (planner/baselines.py) and the streaming policy: a plan or why it cannot run."""
+    out = baseline_plans(model, machine, w, budgets)
+    try:
+        out["stream"] = POLICIES["stream"](model, machine, w, budgets)
+    except PlanError as exc:
+        out["stream"] = str(exc)
+    return out
 
 
-def _milp_candidates(model, machine, w, budgets, use, codec, options, deadline) -> tuple[list[tuple[list, int]], float]:
-    """(assignment, VRAM slots) from the integer program over: page cache assumed to hold the disk units or not,
-    staging sized for the 3 largest unit sizes, 2 or 3 VRAM slots, pinned staging reserved or host-staged tiers
-    forbidden; and the lower bound (optimistic reads, least staging)."""
-    kv, act = kv_cache_bytes(model, w), activation_bytes(model, w)
-    sizes = sorted({u.nbytes for u in model.units}, reverse=True)[:3]
-    out = []
-    allowed_idx = [OPTIONS.index(o) for o in options]
-    for cached in (True, False):
-        costs = option_costs(model, machine, w, use, codec, cached)
-        mask = np.zeros(len(OPTIONS), dtype=bool)
-        mask[allowed_idx] = True
-        costs.allowed[:, ~mask] = False
-        gs = groups(costs)
-        for slot in sizes:
-            for slots in (2, 3):
-                for staged in (False, True):
-                    if time.perf_counter() > deadline or (staged and not any(o in STAGED for o in options)):
-                        continue
-                    c = costs
-                    if not staged:
-                        allowed = costs.allowed.copy()
-                        allowed[:, [OPTIONS.index(o) for o in STAGED]] = False
-                        c = dataclasses.replace(costs, allowed=allowed)
-                    reserve = 2 * slot if staged else 0
-                    res = solve(c, gs, budgets.vram_bytes - kv - act - slots * slot, budgets.pinned_bytes - reserve,
-                                budgets.ram_bytes - reserve, slot, cached, time_limit_s=2.0)
-                    if not res.feasible:
-                        continue
-                    assign: list = [None] * len(model.units)
-                    for g, counts in zip(gs, res.counts):
-                        opts = spread({OPTIONS[j]: int(n) for j, n in enumerate(counts)}, len(g))
-                        for i, o in zip(g, opts):
-                            assign[i] = o
-                    if (assign, slots) not in out:
-                        out.append((assign, slots))
-    # lower bound: every read after the first at page-cache speed, one staging slot, nothing pinned for staging
-    costs = option_costs(model, machine, w, use, codec, cached=True)
-    costs.allowed[:, [j for j in range(len(OPTIONS)) if j not in allowed_idx]] = False
-    lb = solve(costs, groups(costs), budgets.vram_bytes - kv - act - min(sizes), budgets.pinned_bytes,
-               budgets.ram_bytes, max(sizes), False, time_limit_s=2.0)
-    return out, lb.bound_s if lb.feasible else float("nan")
+def _objective(s: dict, objective: str) -> float:
+    return s["time_per_token_s"] + 1e-9 * s["total_s"] if objective == "token" else s["total_s"]
 
 
 def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload, budgets: Budgets, *,
                      codec: Codec | None = None, tiers: tuple[str, ...] | None = None, allow_cpu: bool = True,
-                     time_budget_s: float | None = None, confirm: bool = True, objective: str = "token") -> PlanReport:
-    """Plan and report: the chosen plan, its SimPy summary, the lower bound, and every baseline's times."""
-    warm_up()  # the numba compile must not eat the search budget
+                     time_budget_s: float | None = None, confirm: bool = True, objective: str = "token",
+                     max_evals: int = 20_000) -> PlanReport:
+    """Plan and report: the chosen plan, its SimPy summary, the lower bound, and every baseline's times.
+    `time_budget_s` is only the safety net of the search (default 300 s); raises InputError for budgets above the
+    machine's hardware."""
+    check_budgets(machine, budgets)
+    warm_up()
     t0 = time.perf_counter()
-    if time_budget_s is None:  # about 0.6 s of search for a dense model, 4 s for an expert-level 671B
-        time_budget_s = min(4.0, 0.6 + len(model.units) / 4000)
-    deadline = t0 + time_budget_s
     codec = codec or machine_codec(machine)
-    options = [o for o in OPTIONS if (tiers is None or o[0] in tiers) and (allow_cpu or o[1] == "gpu")]
-    use = usage(model, machine, workload)
-    real_workload = workload
-    if model.is_moe:  # search on other draws than the ones the confirmation uses: no overfitting to a seed
-        workload = workload.model_copy(update={"seed": workload.seed + 7919})
-    assigns, bound = _milp_candidates(model, machine, workload, budgets, use, codec, options, deadline)
-    starts: list[tuple[Plan, float]] = []
-    n = 0
-    for assign, slots in assigns:
-        if time.perf_counter() > deadline and starts:
-            break
-        p, t = best_settings(model, machine, assign, workload, budgets, codec, objective, slots)
-        n += 1
-        if p is not None:
-            starts.append((p, t))
-    base = baseline_plans(model, machine, workload, budgets)
-    base_times = {}
-    for name, p in base.items():
+    options = [o for o in OPTIONS if (tiers is None or o[0] in tiers) and (allow_cpu or o[1] == "gpu")
+               and (codec is not None or not o[0].endswith("compressed")) and o != ("ram_pinned", "cpu")]
+    opt_idx = [OPTIONS.index(o) for o in options]
+    real = workload
+    search_w = workload.model_copy(update={"seed": workload.seed + 7919}) if model.is_moe else workload
+    ev = Evaluator(model, machine, search_w, budgets, codec)  # MoE: search on other draws than the judge's
+    ev_real = Evaluator(model, machine, real, budgets, codec) if model.is_moe else ev
+    use = usage(model, machine, search_w, ev=ev)
+    costs = option_costs(model, machine, search_w, use, codec, True)
+    gs, ordered = coarse_groups(costs, use, model)
+    search = Search(ev, gs, opt_idx, objective, max_evals, SAFETY_S if time_budget_s is None else time_budget_s,
+                    ordered)
+
+    starts: dict[str, np.ndarray] = {}
+    for k, a in enumerate(milp_candidates(model, machine, search_w, budgets, use, codec, options)):
+        starts[f"milp-{k}"] = a
+    starts.update(known_placements(ev, use))
+    peers = peer_plans(model, machine, real, budgets)
+    for name, p in peers.items():
+        a = None if isinstance(p, str) else assignment_of(p)
+        if a is not None and set(a.tolist()) <= set(opt_idx):
+            starts[name] = a
+    scored = []
+    for name, a in starts.items():
+        if (a < 0).any() or not set(a.tolist()) <= set(opt_idx):
+            continue
+        s, t = search.best_settings(a)
+        if s is not None:
+            scored.append((name, a, s, t))
+    for name, p in peers.items():  # a peer's own loader settings, where the evaluator models its runtime
+        a = None if isinstance(p, str) else assignment_of(p)
+        if a is not None and is_planner_runtime(p) and set(a.tolist()) <= set(opt_idx):
+            t = search.score(a, settings_of(p))
+            if t < float("inf"):
+                scored.append((f"{name}-own", a, settings_of(p), t))
+
+    if exact_size(len(model.units), len(opt_idx)) <= EXACT_LIMIT:  # tiny: search it all and stop
+        out = exact(search)
+    elif scored:
+        out = search.run([(a, s, t) for _, a, s, t in scored])
+    else:
+        out = None
+
+    # the judge: the search result and every seed on the real workload; peers with their own runtime too
+    finalists = ([("search", out.assign, out.settings)] if out else []) + [(n, a, s) for n, a, s, _ in scored]
+    best, best_t, seeds = None, float("inf"), {}
+    for name, a, s in finalists:
+        summ = ev_real.summary(a, s)
+        if summ is None:
+            continue
+        t = _objective(summ, objective)
+        seeds[name] = t
+        if t < best_t * (1 - 1e-12):
+            best, best_t = (name, ev_real.plan(a, s)), t
+    base_times, peer_summ = {}, {}
+    from sim.simulate import fast_simulate
+    for name, p in peers.items():
         if isinstance(p, str):
             base_times[name] = {"error": p}
             continue
-        base_times[name] = {}
-        assign = [(q.tier, q.compute) for q in p.placements]
-        if all(a in options for a in assign):  # the baseline's placement with the planner's loader settings
-            q, t = best_settings(model, machine, assign, workload, budgets, codec, objective)
-            if q is not None:
-                starts.append((q, t))
-        if tiers is None and allow_cpu:  # and the baseline itself, runtime and all
-            t = score(model, machine, p, workload, budgets, objective)
-            if t is not None:
-                starts.append((p.model_copy(update={"policy": "planner", "codec": codec}), t))
-        n += 1
-    if len(options) ** len(model.units) * len(LOADER_SETTINGS) <= EXACT_LIMIT:  # small: search it all
-        p, t = exact(model, machine, workload, budgets, options, codec, objective)
-        if p is not None:
-            starts.append((p, t))
-    if not starts:
-        return PlanReport(_infeasible(model, machine, workload, budgets), baselines=base_times, lower_bound_s=bound,
-                          candidates=n, seconds=time.perf_counter() - t0)
-    costs = option_costs(model, machine, workload, use, codec, True)
-    starts = sorted(starts, key=lambda s: s[1])[:3]
-    best, best_t = local_search(model, machine, starts, workload, budgets, groups(costs), options, deadline, objective)
+        s = fast_simulate(model, machine, p, real, budgets)
+        peer_summ[name] = s
+        base_times[name] = {"time_per_token_s": s["time_per_token_s"], "total_s": s["total_s"]}
+        if tiers is None and allow_cpu:
+            t = _objective(s, objective)
+            seeds[f"{name}-peer"] = t
+            if t < best_t * (1 - 1e-12):
+                best, best_t = (f"{name}-peer", p.model_copy(update={"policy": "planner", "codec": p.codec or codec})), t
+    bound = lower_bound(ev_real, options)
+    stopped = out.stopped if out else "no feasible seed"
+    if best is None:
+        return PlanReport(_infeasible(model, machine, real, budgets), baselines=base_times, lower_bound_s=bound,
+                          candidates=len(scored), seconds=time.perf_counter() - t0, stopped=stopped,
+                          evaluations=ev.evaluations, converged=out.converged if out else True)
+    chosen_from, plan = best
     summary = {}
     if confirm:
-        from sim.simulate import fast_simulate, simulate
-        summary = simulate(model, machine, best, real_workload, budgets).summary if len(model.units) < 2000 else \
-            fast_simulate(model, machine, best, real_workload, budgets)
-        for name, p in base.items():
-            if not isinstance(p, str):
-                s = fast_simulate(model, machine, p, real_workload, budgets)
-                base_times[name] = {"time_per_token_s": s["time_per_token_s"], "total_s": s["total_s"]}
-    return PlanReport(best, summary, bound, base_times, n, time.perf_counter() - t0)
+        from sim.simulate import simulate
+        summary = simulate(model, machine, plan, real, budgets).summary if len(model.units) < 2000 else \
+            fast_simulate(model, machine, plan, real, budgets)
+    return PlanReport(plan, summary, bound, base_times, len(scored), time.perf_counter() - t0,
+                      converged=out.converged if out else True, stopped=stopped, evaluations=ev.evaluations,
+                      seeds=seeds, chosen_from=chosen_from)
 
 
 def plan(model: ModelShape, machine: MachineSpec, workload: Workload, budgets: Budgets, **kw) -> Plan:
     """The chosen plan (frozen); infeasible budgets give feasible=False and a reason naming the fix."""
     return plan_with_report(model, machine, workload, budgets, confirm=False, **kw).plan
+
+
+__all__ = ["PlanReport", "check_budgets", "plan", "plan_with_report", "peer_plans", "Outcome"]

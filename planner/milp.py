@@ -6,6 +6,9 @@ never below any resource's total work, so the optimum with the least staging is 
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,9 +25,10 @@ class MilpResult:
 
 
 def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned_free: float, ram_free: float,
-          slot_bytes: float, cache_all: bool, time_limit_s: float = 5.0) -> MilpResult:
+          slot_bytes: float, cache_all: bool, time_limit_s: float = 5.0, integral: bool = True) -> MilpResult:
     """vram_free etc. are what is left for weights after staging, KV cache and activations. Units larger than
-    `slot_bytes` cannot be streamed to the GPU. `cache_all`: disk units must fit in the page cache."""
+    `slot_bytes` cannot be streamed to the GPU. `cache_all`: disk units must fit in the page cache. `integral`
+    False solves the linear relaxation (a weaker bound, solved faster)."""
     k = len(OPTIONS)
     G = len(groups)
     nv = G * k + 1  # counts, then T
@@ -59,12 +63,35 @@ def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned
             ok = costs.allowed[u, j] and not (streamed_gpu and costs.nbytes[u] > slot_bytes)
             ub[gi * k + j] = size[gi] if ok else 0
     ub[-1] = np.inf
-    integrality = np.ones(nv)
+    integrality = np.full(nv, 1.0 if integral else 0.0)
     integrality[-1] = 0
-    res = milp(c, integrality=integrality, bounds=Bounds(np.zeros(nv), ub),
-               constraints=LinearConstraint(np.array(A), lo, hi), options={"time_limit": time_limit_s})
+    with quiet_stdout():
+        res = milp(c, integrality=integrality, bounds=Bounds(np.zeros(nv), ub),
+                   constraints=LinearConstraint(np.array(A), lo, hi), options={"time_limit": time_limit_s, "disp": False})
     if res.x is None:
         return MilpResult(False, float("inf"), [])
     x = np.round(res.x[:-1]).astype(int).reshape(G, k)
-    bound = getattr(res, "mip_dual_bound", None)
-    return MilpResult(True, float(bound if bound is not None and np.isfinite(bound) else res.fun), list(x))
+    bound = getattr(res, "mip_dual_bound", None) if integral else None  # the LP optimum is its own bound
+    if bound is None or not np.isfinite(bound):
+        bound = res.fun if res.status == 0 else 0.0  # stopped early without a dual bound: only 0 is certain
+    return MilpResult(True, float(bound), list(x))
+
+
+@contextlib.contextmanager
+def quiet_stdout():
+    """Send the C-level stdout (fd 1) to /dev/null: HiGHS can print a line even with disp=False, and `--json`
+    output must stay parseable. Python-level output is flushed first so nothing is lost or reordered."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # a captured stdout (pytest, io.StringIO): no fd to guard
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), fd)
+            yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)

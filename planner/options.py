@@ -11,8 +11,7 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from sim.equations import TIERS, Codec
-from sim.plan import Budgets, Placement, Plan, Workload
-from sim.schedule import build_schedule
+from sim.plan import Budgets, Workload
 from sim.shapes import ModelShape
 
 GPU_OPTIONS = TIERS
@@ -29,20 +28,18 @@ class Usage:
     cpu_s: np.ndarray         # total CPU compute seconds
 
 
-def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "all") -> Usage:
+def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "all", ev=None) -> Usage:
     """From the simulator's own schedule (same expert draws), every unit computed on the GPU, then on the CPU.
-    phase: 'all' (the whole request) or 'decode' (per decode step: steps 1.. divided by their number)."""
+    phase: 'all' (the whole request) or 'decode' (per decode step: steps 1.. divided by their number).
+    `ev`: a planner.evaluator.Evaluator for this request, whose schedules are reused."""
+    if ev is None:
+        from planner.evaluator import Evaluator
+        ev = Evaluator(model, machine, w, Budgets.unlimited(), None)
     n = len(model.units)
-    out = []
-    for device in ("gpu", "cpu"):
-        placements = tuple(Placement(unit=u.name, tier="ram_pageable", compute=device) for u in model.units)
-        plan = Plan(model=model.name, machine=machine.name, placements=placements, prefetch_depth=0, vram_slots=1)
-        sch = build_schedule(model, machine, plan, w, Budgets.unlimited())
-        keep = sch.step >= (1 if phase == "decode" and w.new_tokens > 1 else 0)
-        scale = max(w.new_tokens - 1, 1) if phase == "decode" else 1
-        out.append((np.bincount(sch.unit[keep], minlength=n) / scale,
-                    np.bincount(sch.unit[keep], weights=sch.compute_s[keep], minlength=n) / scale))
-    uses, gpu_s, cpu_s = out[0][0], out[0][1], out[1][1]
+    keep = ev.step >= (1 if phase == "decode" and w.new_tokens > 1 else 0)
+    scale = max(w.new_tokens - 1, 1) if phase == "decode" else 1
+    uses = np.bincount(ev.unit[keep], minlength=n) / scale
+    gpu_s, cpu_s = (np.bincount(ev.unit[keep], weights=c[keep], minlength=n) / scale for c in ev.comp)
     if model.is_moe:  # plan on expected expert use, not on the draws the evaluation will see
         uses, gpu_s, cpu_s = _expected_expert_use(model, machine, w, phase, uses.copy(), gpu_s.copy(), cpu_s.copy())
     return Usage(uses=uses, gpu_s=gpu_s, cpu_s=cpu_s)

@@ -1,20 +1,26 @@
-"""Evaluate candidate plans with the fast evaluator and improve them by local moves; exact search when small."""
+"""Deterministic local search over assignments, scored by planner.evaluator; exhaustive search when tiny.
+
+The search stops on convergence: a descent ends when no move in the neighbourhood improves the objective, and the
+iterated local search makes a fixed number of seeded kicks. Nothing reads a clock except the safety net, which is
+reported when it fires. Evaluations are counted; `max_evals` is a second, deterministic safety net.
+"""
 from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from hwmodels.specs import MachineSpec
-from sim.equations import Codec
-from sim.memory import PlanError
-from sim.plan import Budgets, Placement, Plan, Workload
-from sim.simulate import fast_simulate
-from sim.shapes import ModelShape
+from planner.evaluator import Evaluator, Settings
+from planner.options import OPTIONS
 
-# (prefetch depth, VRAM slots, pinned slots) the planner tries
+# (prefetch depth, VRAM slots, pinned slots) the planner tries, each without and with the prefill offload of CPU units
 LOADER_SETTINGS = ((1, 2, 2), (2, 3, 3), (3, 4, 3), (0, 1, 1))
+OFFLOAD_MIN_TOKENS = 32
+EXACT_LIMIT = 30_000      # assignments x loader settings searched exhaustively
+KICKS = 8                 # seeded kicks of the iterated local search
+IMPROVES = 1 - 1e-9       # a move must improve by more than this relative amount
 
 
 def spread(counts: dict[tuple[str, str], int], n: int) -> list[tuple[str, str]]:
@@ -29,120 +35,139 @@ def spread(counts: dict[tuple[str, str], int], n: int) -> list[tuple[str, str]]:
     return out
 
 
-def build(model: ModelShape, machine: MachineSpec, assignment: list[tuple[str, str]], settings: tuple[int, int, int],
-          codec: Codec | None) -> Plan:
-    depth, slots, pins = settings
-    placements = tuple(Placement(unit=u.name, tier=t, compute=d) for u, (t, d) in zip(model.units, assignment))
-    return Plan(model=model.name, machine=machine.name, policy="planner", placements=placements, prefetch_depth=depth,
-                vram_slots=slots, pinned_slots=pins, codec=codec)
+@dataclass
+class Outcome:
+    assign: np.ndarray
+    settings: Settings
+    score: float
+    converged: bool
+    stopped: str          # "converged", "exhaustive", "evaluation limit" or "time limit (safety net)"
 
 
-OBJECTIVES = {"token": "time_per_token_s", "total": "total_s"}
+class Search:
+    """Scores assignments and improves them; `groups` are index arrays of units that move together (ordered by use,
+    most used first), `options` the allowed OPTIONS indices."""
 
+    def __init__(self, ev: Evaluator, groups: list[np.ndarray], options: list[int], objective: str = "token",
+                 max_evals: int = 20_000, time_limit_s: float = 300.0, ordered: list[bool] | None = None):
+        self.ev, self.groups, self.options, self.objective = ev, groups, options, objective
+        self.ordered = ordered or [False] * len(groups)
+        self.max_evals, self.deadline = max_evals, time.perf_counter() + time_limit_s
+        self.stopped = ""
 
-def score(model, machine, plan: Plan, w, budgets, objective: str = "token") -> float | None:
-    """The objective by the fast evaluator (time per token, ties broken by the total), or None if over budget."""
-    try:
-        s = fast_simulate(model, machine, plan, w, budgets)
-    except PlanError:
-        return None
-    return s[OBJECTIVES[objective]] + 1e-9 * s["total_s"]
+    def out_of_budget(self) -> bool:
+        if self.ev.evaluations >= self.max_evals:
+            self.stopped = "evaluation limit"
+        elif time.perf_counter() > self.deadline:  # safety net only; reported, never the normal stop
+            self.stopped = "time limit (safety net)"
+        return bool(self.stopped)
 
+    def score(self, assign: np.ndarray, s: Settings) -> float:
+        t = self.ev.times(assign, s)
+        if t is None:
+            return float("inf")
+        return t[1] + 1e-9 * t[2] if self.objective == "token" else t[2]
 
-def best_settings(model, machine, assignment, w, budgets, codec, objective="token",
-                  slots: int | None = None) -> tuple[Plan | None, float]:
-    """The best loader settings for an assignment (those with `slots` VRAM slots if given), and, with CPU units,
-    whether big steps run them on the GPU."""
-    best, best_t = None, float("inf")
-    offloads = (None, 32) if any(d == "cpu" for _, d in assignment) else (None,)
-    for s in LOADER_SETTINGS:
-        if slots is not None and s[1] != slots:
-            continue
-        for off in offloads:
-            plan = build(model, machine, assignment, s, codec).model_copy(update={"gpu_offload_min_tokens": off})
-            t = score(model, machine, plan, w, budgets, objective)
-            if t is not None and t < best_t:
-                best, best_t = plan, t
-    return best, best_t
+    def settings_for(self, assign: np.ndarray) -> list[Settings]:
+        offloads = (None, OFFLOAD_MIN_TOKENS) if any(OPTIONS[j][1] == "cpu" for j in set(assign.tolist())) else (None,)
+        return [(*s, off) for s in LOADER_SETTINGS for off in offloads]
 
+    def best_settings(self, assign: np.ndarray) -> tuple[Settings | None, float]:
+        best, best_t = None, float("inf")
+        for s in self.settings_for(assign):
+            t = self.score(assign, s)
+            if t < best_t:
+                best, best_t = s, t
+        return best, best_t
 
-def _moves(best: Plan, groups: list[np.ndarray], options: list[tuple[str, str]]):
-    """Trial assignments: one unit of a group (the middle one of those sharing an option) to another option."""
-    assign = [(p.tier, p.compute) for p in best.placements]
-    for g in groups:
-        for a in sorted({assign[i] for i in g}):
-            members = [i for i in g if assign[i] == a]
-            victim = members[len(members) // 2]
-            for b in options:
-                if b != a:
-                    trial = list(assign)
-                    trial[victim] = b
-                    yield trial
+    def moves(self, assign: np.ndarray) -> list[tuple[np.ndarray, int]]:
+        """(units, option): move k of a group's units that share an option to another option, k in {1, a quarter,
+        half, all}, evenly spread; in groups ordered by use also the k most and the k least used."""
+        out = []
+        for g, ordered in zip(self.groups, self.ordered):
+            for a in sorted(set(assign[g].tolist())):
+                members = g[assign[g] == a]
+                m = len(members)
+                picks, seen = [], set()
+                for k in sorted({1, -(-m // 4), -(-m // 2), m}):
+                    ends = (members[:k], members[m - k:]) if ordered else ()
+                    for pick in (members[np.linspace(0, m - 1, k).round().astype(int)], *ends):
+                        key = tuple(pick.tolist())
+                        if key not in seen:
+                            seen.add(key)
+                            picks.append(pick)
+                out += [(pick, b) for b in self.options if b != a for pick in picks]
+        return out
 
+    def descend(self, assign: np.ndarray, s: Settings, t: float) -> tuple[np.ndarray, Settings, float]:
+        """First-improvement moves, scanned cyclically from the last improving one, then the loader settings, until
+        a whole scan and the settings find no improvement (or a safety net fires)."""
+        pos = 0
+        while not self.out_of_budget():
+            improved = False
+            moves = self.moves(assign)
+            for r in range(len(moves)):
+                if self.out_of_budget():
+                    return assign, s, t
+                pick, b = moves[(pos + r) % len(moves)]
+                trial = assign.copy()
+                trial[pick] = b
+                t2, s2 = self.score(trial, s), s
+                if t2 == float("inf"):  # over budget with these settings: maybe with fewer staging slots
+                    s2, t2 = self.best_settings(trial)
+                if t2 < t * IMPROVES:
+                    assign, s, t, improved, pos = trial, s2, t2, True, (pos + r) % len(moves)
+                    break
+            if not improved:
+                s2, t2 = self.best_settings(assign)
+                if t2 >= t * IMPROVES:
+                    break
+                s, t = s2, t2
+        return assign, s, t
 
-def _descend(model, machine, best: Plan, best_t: float, w, budgets, groups, options, deadline, objective):
-    """First-improvement unit moves; when none improves, the loader settings; until a local optimum or the deadline."""
-    while time.perf_counter() < deadline:
-        improved = False
-        for trial in _moves(best, groups, options):
-            if time.perf_counter() > deadline:
+    def run(self, starts: list[tuple[np.ndarray, Settings, float]], kicks: int = KICKS, n_starts: int = 3) -> Outcome:
+        """Descend from the best `n_starts` distinct starts, then `kicks` seeded kicks of the best (2-4 units to random
+        options, then descend). Returns the best plan seen; converged unless a safety net fired."""
+        order = sorted(range(len(starts)), key=lambda i: (starts[i][2], i))
+        distinct, seen = [], set()
+        for i in order:
+            key = (tuple(starts[i][0].tolist()), starts[i][1])
+            if key not in seen:
+                seen.add(key)
+                distinct.append(starts[i])
+        best = distinct[0]
+        for a, s, t in distinct[:n_starts]:
+            got = self.descend(a, s, t)
+            if got[2] < best[2] * IMPROVES:
+                best = got
+        rng = np.random.default_rng(0)
+        n = len(best[0])
+        for _ in range(kicks):
+            if self.stopped:
                 break
-            plan = build(model, machine, trial, (best.prefetch_depth, best.vram_slots, best.pinned_slots),
-                         best.codec).model_copy(update={"gpu_offload_min_tokens": best.gpu_offload_min_tokens})
-            t = score(model, machine, plan, w, budgets, objective)
-            if t is None:  # over budget with these settings: maybe with fewer staging slots
-                plan, t = best_settings(model, machine, trial, w, budgets, best.codec, objective)
-            if plan is not None and t is not None and t < best_t * (1 - 1e-9):
-                best, best_t, improved = plan, t, True
-                break
-        if not improved:
-            if time.perf_counter() > deadline:
-                break
-            plan, t = best_settings(model, machine, [(p.tier, p.compute) for p in best.placements], w, budgets,
-                                    best.codec, objective)
-            if plan is None or t >= best_t * (1 - 1e-9):
-                break
-            best, best_t = plan, t
-    return best, best_t
+            a = best[0].copy()
+            for i in rng.choice(n, size=min(n, int(rng.integers(2, 5))), replace=False):
+                a[i] = self.options[int(rng.integers(len(self.options)))]
+            s, t = self.best_settings(a)
+            if s is None:
+                continue
+            got = self.descend(a, s, t)
+            if got[2] < best[2] * IMPROVES:
+                best = got
+        return Outcome(best[0], best[1], best[2], not self.stopped, self.stopped or "converged")
 
 
-def local_search(model, machine, starts: list[tuple[Plan, float]], w, budgets, groups: list[np.ndarray],
-                 options: list[tuple[str, str]], deadline: float, objective: str = "token") -> tuple[Plan, float]:
-    """Descend from each start in turn (best first); with time left, iterated local search: kick the best plan
-    (a few units to random options, seeded) and descend again. Returns the best plan seen."""
-    overall, overall_t = min(starts, key=lambda s: s[1])
-    for start, start_t in sorted(starts, key=lambda s: s[1]):
-        best, best_t = _descend(model, machine, start, start_t, w, budgets, groups, options, deadline, objective)
-        if best_t < overall_t:
-            overall, overall_t = best, best_t
-        if time.perf_counter() > deadline:
-            return overall, overall_t
-    rng = np.random.default_rng(0)
-    n = len(model.units)
-    while time.perf_counter() < deadline:
-        assign = [(p.tier, p.compute) for p in overall.placements]
-        for i in rng.choice(n, size=min(n, int(rng.integers(2, 4))), replace=False):
-            assign[i] = options[int(rng.integers(len(options)))]
-        plan, t = best_settings(model, machine, assign, w, budgets, overall.codec, objective)
-        if plan is None:
-            continue
-        plan, t = _descend(model, machine, plan, t, w, budgets, groups, options, deadline, objective)
-        if t < overall_t * (1 - 1e-9):
-            overall, overall_t = plan, t
-    return overall, overall_t
+def exact_size(n_units: int, n_options: int) -> int:
+    return n_options ** n_units * len(LOADER_SETTINGS) * 2
 
 
-EXACT_LIMIT = 30_000  # assignments x loader settings searched exhaustively
-
-
-def exact(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, options: list[tuple[str, str]],
-          codec: Codec | None, objective: str = "token") -> tuple[Plan | None, float]:
-    """Every assignment x loader setting that fits the budgets, scored by the fast evaluator (small instances)."""
-    best, best_t = None, float("inf")
-    for combo in itertools.product(options, repeat=len(model.units)):
-        for s in LOADER_SETTINGS:
-            plan = build(model, machine, list(combo), s, codec)
-            t = score(model, machine, plan, w, budgets, objective)
-            if t is not None and t < best_t:
-                best, best_t = plan, t
-    return best, best_t
+def exact(search: Search) -> Outcome | None:
+    """Every assignment x loader setting that fits the budgets (tiny instances): a proven optimum of the plan space."""
+    best, best_s, best_t = None, None, float("inf")
+    n = len(search.ev.model.units)
+    for combo in itertools.product(search.options, repeat=n):
+        a = np.array(combo, dtype=np.int64)
+        s, t = search.best_settings(a)
+        if t < best_t:
+            best, best_s, best_t = a, s, t
+    return None if best is None else Outcome(best, best_s, best_t, True, "exhaustive")

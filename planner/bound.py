@@ -1,0 +1,93 @@
+"""A lower bound on the simulated total time of every plan (proof in docs/planner.md, "The lower bound").
+
+For each unit and option the work it puts on each serial resource (the compute chain, the copy engine, the disk
+reader, the unpacker) is bounded from below over the request's real expert draws, with the page cache assumed to
+hit on every read after the first and no memory spent on staging. A CPU-placed unit may be computed on the GPU in
+large steps (`gpu_offload_min_tokens`): one threshold per plan, so either no step, only the prefill, or every step
+is offloaded. The bound is the least, over those three modes, of the integer program's dual bound.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.evaluator import Evaluator
+from planner.milp import solve
+from planner.options import OPTIONS, RESOURCES, OptionCosts, groups
+from sim.equations import copy_time_s
+from sim.memory import activation_bytes, kv_cache_bytes
+
+MODES = ("none", "prefill", "all")
+ROUND = 1e-3   # work rounded down to this relative grid before grouping: still a bound, far fewer groups
+
+
+def _phase_sums(ev: Evaluator) -> dict[str, np.ndarray]:
+    """Per unit and phase (prefill step 0, decode steps 1..): uses, GPU and CPU compute seconds."""
+    n, out = len(ev.nb), {}
+    for phase, keep in (("pre", ev.step == 0), ("dec", ev.step > 0)):
+        u = ev.unit[keep]
+        out[f"uses_{phase}"] = np.bincount(u, minlength=n).astype(float)
+        out[f"gpu_{phase}"] = np.bincount(u, weights=ev.comp[0][keep], minlength=n)
+        out[f"cpu_{phase}"] = np.bincount(u, weights=ev.comp[1][keep], minlength=n)
+    return out
+
+
+def bound_costs(ev: Evaluator, mode: str) -> OptionCosts:
+    """Each option's least work per resource over the request, with CPU units offloaded to the GPU in `mode`."""
+    m, w, codec = ev.machine, ev.w, ev.codec
+    ph, nb = _phase_sums(ev), ev.nb
+    n, k = len(nb), len(OPTIONS)
+    st = m.storage
+    ratio = codec.ratio if codec else 1.0
+    copy_pin = np.array([copy_time_s(b, m, True) for b in nb])
+    copy_page = np.array([copy_time_s(b, m, False) for b in nb])
+    copy_any = np.minimum(copy_pin, copy_page)  # staged tiers copy from pinned buffers or, without staging, pageable
+    work = {r: np.zeros((n, k)) for r in RESOURCES}
+    vram, pinned, ram, disk = (np.zeros((n, k)) for _ in range(4))
+    allowed = np.ones((n, k), dtype=bool)
+    first_cold = 0.0 if w.warm else 1.0
+    for j, (tier, dev) in enumerate(OPTIONS):
+        reads = np.zeros(n)
+        for phase in ("pre", "dec"):
+            uses = ph[f"uses_{phase}"]
+            offloaded = dev == "cpu" and (mode == "all" or (mode == "prefill" and phase == "pre"))
+            on_gpu = dev == "gpu" or offloaded
+            work["compute"][:, j] += ph[f"gpu_{phase}"] if on_gpu else ph[f"cpu_{phase}"]
+            if on_gpu and tier != "vram":
+                copy = copy_page if tier == "ram_pageable" else copy_pin if tier == "ram_pinned" else copy_any
+                work["copy"][:, j] += uses * copy
+            if tier.startswith("disk") and not offloaded:
+                reads += uses
+            if tier.endswith("compressed") and codec is not None:
+                work["unpack"][:, j] += uses * nb / codec.unpack_bytes_per_s
+        stored = nb * (ratio if tier == "disk_compressed" else 1.0)
+        cold = np.minimum(reads, first_cold)
+        work["read"][:, j] = cold * (st.request_latency_s + stored / st.cold_read_bytes_per_s) + \
+            (reads - cold) * (st.request_latency_s + stored / max(st.cache_read_bytes_per_s, st.cold_read_bytes_per_s))
+        if tier.endswith("compressed") and codec is None:
+            allowed[:, j] = False
+        vram[:, j] = nb if tier == "vram" else 0
+        pinned[:, j] = nb if tier == "ram_pinned" else 0
+        ram[:, j] = nb if tier == "ram_pageable" else nb * ratio if tier == "ram_compressed" else 0
+        disk[:, j] = stored if tier.startswith("disk") else 0
+    for r in RESOURCES:  # round down on a relative grid: identical units group, the bound stays a bound
+        x = work[r]
+        pos = x > 0
+        x[pos] = np.exp(np.floor(np.log(x[pos]) / np.log1p(ROUND)) * np.log1p(ROUND))
+    return OptionCosts(work, vram, pinned, ram, disk, allowed, nb)
+
+
+def lower_bound(ev: Evaluator, options: list[tuple[str, str]], time_limit_s: float = 5.0) -> float:
+    """The least total time any plan over `options` can reach at the evaluator's budgets (NaN if none fits)."""
+    b = ev.budgets
+    free = b.vram_bytes - kv_cache_bytes(ev.model, ev.w) - activation_bytes(ev.model, ev.w)
+    modes = MODES if any(d == "cpu" for _, d in options) else ("none",)
+    best = float("nan")
+    for mode in modes:
+        costs = bound_costs(ev, mode)
+        costs.allowed[:, [j for j, o in enumerate(OPTIONS) if o not in options]] = False
+        gs = groups(costs)
+        res = solve(costs, gs, free, b.pinned_bytes, b.ram_bytes, free, False, time_limit_s=time_limit_s,
+                    integral=len(gs) <= 400)
+        if res.feasible and not res.bound_s >= best:
+            best = res.bound_s
+    return best

@@ -1,0 +1,67 @@
+"""Starting assignments from the integer program, and the unit groups the local search moves together."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from planner.milp import solve
+from planner.options import OPTIONS, groups, option_costs
+from planner.search import spread
+from sim.memory import activation_bytes, kv_cache_bytes
+
+STAGED = {("ram_compressed", "gpu"), ("disk_raw", "gpu"), ("disk_compressed", "gpu")}
+MAX_GROUPS = 40
+
+
+def milp_candidates(model, machine, w, budgets, use, codec, options) -> list[np.ndarray]:
+    """Assignments from the integer program over: page cache assumed to hold the disk units or not, staging sized for
+    the 3 largest unit sizes, 2 or 3 VRAM slots, pinned staging reserved or host-staged tiers forbidden."""
+    kv, act = kv_cache_bytes(model, w), activation_bytes(model, w)
+    sizes = sorted({u.nbytes for u in model.units}, reverse=True)[:3]
+    out: list[np.ndarray] = []
+    seen = set()
+    allowed_idx = [OPTIONS.index(o) for o in options]
+    for cached in (True, False):
+        costs = option_costs(model, machine, w, use, codec, cached)
+        mask = np.zeros(len(OPTIONS), dtype=bool)
+        mask[allowed_idx] = True
+        costs.allowed[:, ~mask] = False
+        gs = groups(costs)
+        for slot in sizes:
+            for slots in (2, 3):
+                for staged in (False, True):
+                    if staged and not any(o in STAGED for o in options):
+                        continue
+                    c = costs
+                    if not staged:
+                        allowed = costs.allowed.copy()
+                        allowed[:, [OPTIONS.index(o) for o in STAGED]] = False
+                        c = dataclasses.replace(costs, allowed=allowed)
+                    reserve = 2 * slot if staged else 0
+                    res = solve(c, gs, budgets.vram_bytes - kv - act - slots * slot, budgets.pinned_bytes - reserve,
+                                budgets.ram_bytes - reserve, slot, cached, time_limit_s=2.0)
+                    if not res.feasible:
+                        continue
+                    assign = np.zeros(len(model.units), dtype=np.int64)
+                    for g, counts in zip(gs, res.counts):
+                        opts = spread({OPTIONS[j]: int(n) for j, n in enumerate(counts)}, len(g))
+                        assign[g] = [OPTIONS.index(o) for o in opts]
+                    key = tuple(assign.tolist())
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(assign)
+    return out
+
+
+def coarse_groups(costs, use, model) -> tuple[list[np.ndarray], list[bool]]:
+    """Units with identical costs move together; past MAX_GROUPS groups, units of one kind form a group, most used
+    first (so a move can take the most or the least used of them)."""
+    gs = groups(costs)
+    if len(gs) <= MAX_GROUPS:
+        return gs, [False] * len(gs)
+    kinds: dict[str, list[int]] = {}
+    for i, u in enumerate(model.units):
+        kinds.setdefault(u.kind, []).append(i)
+    out = [np.array(sorted(idx, key=lambda i: (-use.uses[i], i)), dtype=np.int64) for idx in kinds.values()]
+    return out, [True] * len(out)

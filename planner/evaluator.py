@@ -1,0 +1,163 @@
+"""Score many assignments quickly: the simulator's schedule built once per request, then re-columned per plan.
+
+An assignment is an int array (one OPTIONS index per unit) with loader settings (prefetch depth, VRAM slots, pinned
+slots, GPU offload threshold). The item order and the compute times do not depend on the plan (expert draws are
+seeded by the workload), so two `build_schedule` calls (every unit on the GPU, every unit on the CPU) give all of
+them; each plan then only picks columns. The memory accounting follows `sim.memory.memory_use`, and the timing is
+`sim.fast.evaluate` itself; tests/test_planner_evaluator.py checks the result against `fast_simulate`.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from hwmodels.specs import MachineSpec
+from planner.options import OPTIONS
+from sim.equations import STAGED_TIERS, Codec
+from sim.fast import evaluate
+from sim.memory import MemoryUse, activation_bytes, kv_cache_bytes
+from sim.metrics import step_times, summary
+from sim.plan import Budgets, Placement, Plan, Workload
+from sim.schedule import COLUMNS, GPU_LOAD, Schedule, build_schedule
+from sim.shapes import ModelShape, UnitShape
+
+Settings = tuple[int, int, int, int | None]   # (prefetch depth, VRAM slots, pinned slots, gpu_offload_min_tokens)
+TIER = np.array([t for t, _ in OPTIONS])
+ON_CPU = np.array([d == "cpu" for _, d in OPTIONS])
+ROW_COLUMNS = [c for c in COLUMNS if c not in ("unit", "step", "compute_s", "gate")]
+
+
+def _all_on(model: ModelShape, machine: MachineSpec, w: Workload, device: str) -> Schedule:
+    placements = tuple(Placement(unit=u.name, tier="ram_pageable", compute=device) for u in model.units)
+    plan = Plan(model=model.name, machine=machine.name, placements=placements, prefetch_depth=0, vram_slots=1)
+    return build_schedule(model, machine, plan, w, Budgets.unlimited())
+
+
+class Evaluator:
+    """Scores (assignment, settings) for one model, machine, workload, budgets and codec; counts its evaluations."""
+
+    def __init__(self, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, codec: Codec | None):
+        self.model, self.machine, self.w, self.budgets, self.codec = model, machine, w, budgets, codec
+        gpu, cpu = _all_on(model, machine, w, "gpu"), _all_on(model, machine, w, "cpu")
+        self.sched_gpu = gpu
+        self.unit, self.step = gpu.unit, gpu.step
+        self.comp = np.stack([gpu.compute_s, cpu.compute_s])           # [on_cpu, item]
+        self.router_gate = gpu.gate                                     # every expert streamed: its router item
+        self.nb = np.array([u.nbytes for u in model.units], dtype=float)
+        self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)
+        self.is_expert = np.array([u.expert is not None for u in model.units])
+        self.fixed_vram = kv_cache_bytes(model, w) + activation_bytes(model, w)
+        self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
+        self.rows = {off: self._rows(off) for off in (False, True)}
+        self.evaluations = 0
+
+    def _rows(self, offload: bool) -> dict[str, np.ndarray]:
+        """Per (option, unit): the step-invariant columns of sim.schedule, read off schedules of a stand-in model
+        with one dense unit per distinct size (the columns depend only on the size, the option and the offload)."""
+        sizes, inverse = np.unique(self.nb_int, return_inverse=True)
+        units = tuple(UnitShape(name=f"s{i}", kind="decoder", block=i, modules=(f"s{i}",), matrix_params=int(b) // 2,
+                                nbytes=int(b), flop_params=0, hidden=0, launches=0) for i, b in enumerate(sizes))
+        stand_in = ModelShape(name="sizes", family=self.model.family, weight_format=self.model.weight_format,
+                              n_blocks=len(units), hidden=0, vocab=0, units=units)
+        w = Workload(batch=1, prompt_tokens=1, new_tokens=1)
+        out = {c: np.zeros((len(OPTIONS), len(self.nb)), dtype=COLUMNS[c]) for c in ROW_COLUMNS}
+        for j, (tier, dev) in enumerate(OPTIONS):
+            placements = tuple(Placement(unit=u.name, tier=tier, compute=dev) for u in units)
+            plan = Plan(model="sizes", machine=self.machine.name, placements=placements, vram_slots=1, pinned_slots=1,
+                        codec=self.codec, gpu_offload_min_tokens=1 if offload else None)
+            if tier.endswith("compressed") and self.codec is None:
+                continue
+            sch = build_schedule(stand_in, self.machine, plan, w, Budgets.unlimited())
+            for c in ROW_COLUMNS:
+                out[c][j] = np.asarray(getattr(sch, c))[inverse]
+        return out
+
+    def memory(self, assign: np.ndarray, s: Settings) -> MemoryUse | None:
+        """sim.memory.memory_use for this assignment, or None when it exceeds a budget."""
+        tier, cpu, nb, b = TIER[assign], ON_CPU[assign], self.nb_int, self.budgets
+        if self.codec is None and np.char.endswith(tier, "compressed").any():
+            return None
+        streamed = (tier != "vram") & ~cpu
+        if s[3] and self.tokens[0] >= s[3]:
+            streamed |= cpu
+        slot = int(nb[streamed].max()) if streamed.any() else 0
+        staged = streamed & np.isin(tier, STAGED_TIERS)
+        pin_slot = int(nb[staged].max()) if staged.any() else 0
+        ratio = self.codec.ratio if self.codec else 1.0
+        ram_w = int(nb[tier == "ram_pageable"].sum()) + int((nb[tier == "ram_compressed"] * ratio).sum())
+        pinned_w = int(nb[tier == "ram_pinned"].sum())
+        m = MemoryUse(resident_vram_bytes=int(nb[tier == "vram"].sum()),
+                      staging_vram_bytes=s[1] * slot if streamed.any() else 0, kv_bytes=kv_cache_bytes(self.model, self.w),
+                      activation_bytes=activation_bytes(self.model, self.w), pinned_weights_bytes=pinned_w,
+                      pinned_staging_bytes=s[2] * pin_slot, ram_weights_bytes=ram_w,
+                      page_cache_bytes=max(b.ram_bytes - ram_w - pinned_w - s[2] * pin_slot, 0), slot_bytes=slot)
+        if m.vram_bytes > b.vram_bytes or m.pinned_bytes > b.pinned_bytes or ram_w + m.pinned_bytes > b.ram_bytes:
+            return None
+        return m
+
+    def schedule(self, assign: np.ndarray, s: Settings, mem: MemoryUse) -> Schedule:
+        """The schedule sim.schedule.build_schedule would lay out for this plan (same columns, same order)."""
+        g = self.sched_gpu
+        off_step = (self.tokens >= s[3]) if s[3] else np.zeros(len(self.tokens), bool)
+        off = off_step[self.step]
+        opt = assign[self.unit]
+        col = {c: np.where(off, self.rows[True][c][opt, self.unit], self.rows[False][c][opt, self.unit])
+               for c in ROW_COLUMNS}
+        streamed_expert = self.is_expert & ((TIER[assign] != "vram") | ON_CPU[assign])
+        col["gate"] = np.where(streamed_expert[self.unit], self.router_gate, -1)
+        comp = np.where(col["on_cpu"], self.comp[1], self.comp[0])
+        factor = getattr(self.machine.cpu, "copy_contention", 1.0)
+        if factor != 1.0:  # CPU compute shares the host with the copier in steps that stream to the GPU
+            streams = np.bincount(self.step, weights=col["load"] == GPU_LOAD, minlength=len(self.tokens)) > 0
+            comp = np.where(col["on_cpu"] & streams[self.step], comp * factor, comp)
+        sch = dataclasses.replace(g, unit=self.unit, step=self.step, compute_s=comp, memory=mem,
+                                  cache_capacity_bytes=mem.page_cache_bytes, warm_keys=[], **col)
+        if self.w.warm:
+            from sim.schedule import _warm_contents
+            sch.warm_keys = _warm_contents(sch)
+        return sch
+
+    def run(self, assign: np.ndarray, s: Settings):
+        mem = self.memory(assign, s)
+        if mem is None:
+            return None
+        self.evaluations += 1
+        sch = self.schedule(assign, s, mem)
+        return sch, evaluate(sch, s[0], True, s[1], s[2])
+
+    def times(self, assign: np.ndarray, s: Settings) -> tuple[float, float, float] | None:
+        """(ttft_s, time_per_token_s, total_s), or None when over a budget."""
+        out = self.run(assign, s)
+        return None if out is None else step_times(out[0], out[1].c_end)
+
+    def summary(self, assign: np.ndarray, s: Settings) -> dict | None:
+        """sim.simulate.fast_simulate's summary for this plan."""
+        out = self.run(assign, s)
+        if out is None:
+            return None
+        sch, r = out
+        return summary(sch, r.c_start, r.c_end, sch.memory, r.cache_hits, r.cache_misses)
+
+    def plan(self, assign: np.ndarray, s: Settings, policy: str = "planner") -> Plan:
+        placements = tuple(Placement(unit=u.name, tier=OPTIONS[j][0], compute=OPTIONS[j][1])
+                           for u, j in zip(self.model.units, assign.tolist()))
+        return Plan(model=self.model.name, machine=self.machine.name, policy=policy, placements=placements,
+                    prefetch_depth=s[0], vram_slots=s[1], pinned_slots=s[2], codec=self.codec,
+                    gpu_offload_min_tokens=s[3])
+
+
+def assignment_of(plan: Plan) -> np.ndarray | None:
+    """The OPTIONS indices of a plan's placements (None if a placement is not an option)."""
+    index = {o: j for j, o in enumerate(OPTIONS)}
+    out = [index.get((p.tier, p.compute)) for p in plan.placements]
+    return None if any(j is None for j in out) else np.array(out, dtype=np.int64)
+
+
+def settings_of(plan: Plan) -> Settings:
+    return (plan.prefetch_depth, plan.vram_slots, plan.pinned_slots, plan.gpu_offload_min_tokens)
+
+
+def is_planner_runtime(plan: Plan) -> bool:
+    """The plan uses the runtime the Evaluator models (overlapped copies, pinned staging, one reader, no predictor)."""
+    return plan.overlap_copy and plan.pinned_staging and plan.reader_threads == 1 and plan.expert_predictor_hit_rate is None
