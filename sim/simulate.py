@@ -8,6 +8,7 @@ import numpy as np
 from hwmodels.specs import MachineSpec
 from sim.events import Event
 from sim.fast import evaluate
+from sim.load import load_time_s
 from sim.metrics import summary
 from sim.plan import Budgets, Plan, Workload
 from sim.schedule import Schedule, build_schedule
@@ -43,6 +44,8 @@ def simulate(model: ModelShape, machine: MachineSpec, plan: Plan, workload: Work
             i = index[(e.token, unit_idx[e.unit])]
             c_start[i], c_end[i] = e.start_s, e.end_s
     s = summary(sch, c_start, c_end, sch.memory, tl.cache.hits, tl.cache.misses, events)
+    s["load"] = load_time_s(model, machine, plan, workload.warm)
+    s["compute_model"] = sch.compute_sources
     return SimResult(s, tuple(events), sch, c_start, c_end)
 
 

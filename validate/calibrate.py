@@ -161,12 +161,66 @@ def compute(config: dict, device: str, batch_sizes=(1, 4), seqs=(1, 128)) -> dic
             "decode_bytes_per_s": unit.nbytes / t1, "prefill_flops_per_s": flops_pf / t_pf}
 
 
-def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict:
-    """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}."""
-    cuda = torch.cuda.is_available()
-    steps = ["storage", "memcpy", "link", "codec", "cpu", "compute"]
+def pin_speed(nbytes: int) -> float:
+    """Bytes per second of allocating page-locked host memory (a fresh size, so no cached block is reused)."""
+    t = time.perf_counter()
+    buf = torch.empty(nbytes + 4096 * 7, dtype=torch.uint8, pin_memory=True)
+    dt = time.perf_counter() - t
+    del buf
+    return nbytes / dt
+
+
+def contention(config: dict, machine, cuda: bool) -> dict:
+    """CPU decoder time alone and while host-to-device copies (or, without CUDA, memcpys) run beside it."""
+    import threading
+    from sim.families import shape_from_config
+    from sim.plan import Workload
+    from sim.policies import make_plan
+    from validate.compute_grid import random_blobs, unit_times
+    from validate.engine import Engine
+    cfg = dict(config, num_hidden_layers=2)
+    cfg.pop("rope_scaling", None)
+    shape = shape_from_config(cfg)
+    names = [u.name for u in shape.units]
+    plan = make_plan(shape, machine, "calibrate", {n: "ram_pageable" for n in names}, {n: "cpu" for n in names})
+    engine = Engine(None, cfg, shape, plan, machine, blobs=random_blobs(cfg, shape, "cuda" if cuda else "cpu"))
+    kinds = {u.name: u.kind for u in shape.units}
+    w = Workload(batch=1, prompt_tokens=8, new_tokens=6)
+
+    def decoder_s() -> float:
+        ev = engine.run(w).events
+        return float(np.median([t for (s, k), v in unit_times(ev, kinds).items() if s > 0 and k == "decoder" for t in v]))
+    decoder_s()
+    alone = decoder_s()
+    stop = threading.Event()
+    src = torch.ones(64 * MiB, dtype=torch.uint8)
+    dst = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda" if cuda else "cpu")
+
+    def copies():
+        while not stop.is_set():
+            dst.copy_(src)
+            if cuda:
+                torch.cuda.synchronize()
+    th = threading.Thread(target=copies, daemon=True)
+    th.start()
+    try:
+        busy = decoder_s()
+    finally:
+        stop.set()
+        th.join()
+    return {"cpu_decoder_alone_s": alone, "cpu_decoder_beside_copies_s": busy, "factor": max(busy / alone, 1.0)}
+
+
+def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool) -> dict:
+    from validate.compute_grid import measure_grids
+    m = load_machine(base)
+    steps = ["storage", "memcpy", "pin", "link", "codec", "roofline", "grid-gpu", "grid-cpu", "contention"]
     meas: dict = {}
     size = 64 * MiB if quick else 1024 * MiB
+    link_sizes = (MiB, 16 * MiB, 128 * MiB) if quick else (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB)
+    gpu_grid = dict(batches=(1, 4), prompts=(8, 32), layers=2, new_tokens=3) if quick else {}
+    cpu_grid = dict(batches=(1, 4), prompts=(8, 32), layers=2, new_tokens=3) if quick or not cuda else \
+        dict(batches=(1, 4, 16), prompts=(16, 64), layers=2, new_tokens=3)
     with tqdm(steps, desc="calibrate", unit="step") as bar:
         for step in bar:
             bar.set_postfix_str(step)
@@ -174,21 +228,35 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
                 meas["storage"] = storage(folder, size)
             elif step == "memcpy":
                 meas["memcpy_bytes_per_s"] = memcpy(size)
+            elif step == "pin":
+                meas["pin_bytes_per_s"] = pin_speed(size) if cuda else None
             elif step == "link":
-                meas["link"] = h2d((16 * MiB, 128 * MiB) if quick else (16 * MiB, 128 * MiB, 512 * MiB)) if cuda else {}
+                meas["link"] = h2d(link_sizes) if cuda else {}
             elif step == "codec":
                 meas["codec"] = codec(16 * MiB if quick else 128 * MiB, (1, 2) if quick else (1, 2, 4, 8))
-            elif step == "cpu":
-                meas["cpu_compute"] = compute(config, "cpu", (1,), (1, 32)) if cuda else None
-            elif step == "compute":
-                meas["compute"] = compute(config, "cuda" if cuda else "cpu", (1,) if quick else (1, 4),
-                                          (1, 32) if quick else (1, 128, 512))
+            elif step == "roofline":
+                meas["compute"] = compute(config, "cuda" if cuda else "cpu", (1,), (1, 32))
+            elif step == "grid-gpu":
+                meas["grids"] = [g.model_dump() for g in measure_grids(config, m, "gpu", **(gpu_grid if cuda else cpu_grid))]
+            elif step == "grid-cpu":
+                meas["grids"] += [g.model_dump() for g in measure_grids(config, m, "cpu", **cpu_grid)] if cuda else []
+            elif step == "contention":
+                meas["contention"] = contention(config, m, cuda) if cuda else None
+    return meas
+
+
+def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict:
+    """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}. On a machine without CUDA the CPU
+    plays the GPU: its grids are stored as the 'gpu' device, and the link is a host copy."""
+    from hwmodels.profiles import ComputeGrid
+    cuda = torch.cuda.is_available()
+    meas = _measure(base, folder, config, quick, cuda)
     m = load_machine(base)
     st, comp = meas["storage"], meas["compute"]
     measured_threads = sorted(int(k.split("_")[1][:-7]) for k in meas["codec"] if k.startswith("decode_"))
     unpack_n = max([t for t in measured_threads if t <= m.cpu.unpack_threads] or measured_threads[:1])
     unpack_total = meas["codec"][f"decode_{unpack_n}threads_bytes_per_s"]
-    decode_s = comp["measured"]["layer_b1_s1_s"]  # synchronised per layer: matched the engine best (docs/validation.md)
+    decode_s = comp["measured"]["layer_b1_s1_s"]
     ideal = comp["layer_nbytes"] / (m.gpu.vram_bytes_per_s if cuda else m.cpu.memory_bytes_per_s)
     overhead = max(decode_s - ideal, 0.0) / comp["layer_launches"]
     over = {"storage.cold_read_bytes_per_s": st["cold_read_bytes_per_s"],
@@ -199,31 +267,35 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
             "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,
             "gpu.bf16_flops_per_s": max(comp["prefill_flops_per_s"], 1.0)}
-    if cuda and meas.get("cpu_compute"):  # the CPU computing a layer from RAM (llama.cpp-style plans)
-        cc = meas["cpu_compute"]
-        over["cpu.memory_bytes_per_s"] = cc["decode_bytes_per_s"]
-        over["cpu.flops_per_s"] = cc["prefill_flops_per_s"]
-        over["cpu.op_overhead_s"] = 0.0
+    grids = [ComputeGrid.model_validate(g) for g in meas["grids"]]
     if cuda:
         link = meas["link"]
-        big = max(int(k.split("_")[1][:-3]) for k in link)
+        sizes = sorted({int(k.split("_")[1][:-3]) for k in link})
+        big = sizes[-1]
         over["link.pinned_h2d_bytes_per_s"] = link[f"pinned_{big}MiB_bytes_per_s"]
         over["link.pageable_h2d_bytes_per_s"] = link[f"pageable_{big}MiB_bytes_per_s"]
         over["link.latency_s"] = 10e-6
+        over["link.by_size"] = [{"nbytes": n * MiB, "pinned_bytes_per_s": link[f"pinned_{n}MiB_bytes_per_s"],
+                                 "pageable_bytes_per_s": link[f"pageable_{n}MiB_bytes_per_s"]} for n in sizes]
+        over["host_memory.pin_bytes_per_s"] = meas["pin_bytes_per_s"]
+        if meas.get("contention"):
+            over["cpu.copy_contention"] = meas["contention"]["factor"]
     else:  # the CPU is the device: 'VRAM' is RAM, the 'link' is a host copy
         over.update({"link.pinned_h2d_bytes_per_s": meas["memcpy_bytes_per_s"],
                      "link.pageable_h2d_bytes_per_s": meas["memcpy_bytes_per_s"], "link.latency_s": 0.0,
                      "gpu.vram_bytes_per_s": m.cpu.memory_bytes_per_s, "storage.request_latency_s": 0.0,
-                     "cpu.flops_per_s": over["gpu.bf16_flops_per_s"],
-                     "cpu.op_overhead_s": overhead})
+                     "cpu.flops_per_s": over["gpu.bf16_flops_per_s"], "cpu.op_overhead_s": overhead})
     machine = m.with_overrides(**over)
-    sources = dict(machine.sources)
-    for k in over:
-        sources[k] = f"[M] offloadsim calibrate {'--quick ' if quick else ''}on {platform.node()}, {datetime.date.today()}"
-    machine = machine.model_copy(update={"name": f"{m.name}-calibrated", "sources": sources})
+    stamp = f"[M] offloadsim calibrate {'--quick ' if quick else ''}on {platform.node()}, {datetime.date.today()}"
+    sources = dict(machine.sources, **{k: stamp for k in over})
+    sources["compute_grids"] = stamp + " (engine-timed grids per unit kind)"
+    machine = machine.model_copy(update={"name": f"{m.name}-calibrated", "sources": sources,
+                                         "compute_grids": tuple(grids)})
     return {"machine": machine.model_dump(), "calibration": {
         "host": platform.node(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "method": "offloadsim calibrate: file reads after posix_fadvise(DONTNEED) (cold) and again (warm); numpy "
-                  "memcpy; torch pinned/pageable copies; zstd byte-plane decode; engine decoder layer timings "
-                  "(best of runs); kernel overhead = (decode layer time - bytes/bandwidth) / launches",
-        "base_preset": base, "cuda": cuda, "torch": torch.__version__, "measurements": meas}}
+                  "memcpy; pinned allocation; torch pinned/pageable copies by size; zstd byte-plane decode; compute "
+                  "grids timed inside the engine (batch x prompt, batch x context; validate/compute_grid.py); CPU "
+                  "decoder time beside copies (contention); roofline fallback fitted from a synchronised layer",
+        "base_preset": base, "cuda": cuda, "torch": torch.__version__,
+        "measurements": {k: v for k, v in meas.items() if k != "grids"}}}

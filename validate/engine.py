@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,19 +39,43 @@ class RunResult:
 
 
 class Engine:
-    def __init__(self, store: Path, config: dict, shape: ModelShape, plan: Plan, machine: MachineSpec,
-                 device: str | None = None, unpack_threads: int | None = None):
-        self.store, self.shape, self.plan = Path(store), shape, plan
+    def __init__(self, store: Path | None, config: dict, shape: ModelShape, plan: Plan, machine: MachineSpec,
+                 device: str | None = None, unpack_threads: int | None = None, cold: bool = False,
+                 blobs: dict[str, tuple[torch.Tensor, list[dict]]] | None = None):
+        """`store`: a layer store folder; or `blobs` (unit -> flat uint8 host tensor and its layout) for in-memory
+        weights (calibration). `cold`: drop the store's pages first, so loading the resident tiers reads the disk.
+        The time to place the weights (read, pin, copy to the device) is `load_s`."""
+        self.store, self.shape, self.plan = Path(store) if store else None, shape, plan
         self.arch = M.Arch.from_config(config)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.cuda = self.device.type == "cuda"
         self.machine = machine
         self.unpack_threads = unpack_threads or machine.cpu.unpack_threads
-        self.files = json.loads((self.store / "store.json").read_text())["units"]
-        self.meta = {n: file_meta(self.store / e["raw"]) for n, e in self.files.items()}
-        self.zmeta = {n: file_meta(self.store / e["zst"]) for n, e in self.files.items() if "zst" in e}
+        self.blobs = blobs
+        if blobs is not None:
+            self.files = {}
+            self.meta = {n: {"nbytes": b.numel(), "stored": b.numel(), "layout": lay} for n, (b, lay) in blobs.items()}
+            self.zmeta = {}
+        else:
+            self.files = json.loads((self.store / "store.json").read_text())["units"]
+            self.meta = {n: file_meta(self.store / e["raw"]) for n, e in self.files.items()}
+            self.zmeta = {n: file_meta(self.store / e["zst"]) for n, e in self.files.items() if "zst" in e}
         self.tiers = plan.tiers()
+        if cold:
+            self.drop_page_cache()
+        if self.cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
         self._materialize()
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.load_s = time.perf_counter() - t0
+
+    def _fill(self, name: str, buf: torch.Tensor) -> None:
+        if self.blobs is not None:
+            buf[: self.meta[name]["nbytes"]].copy_(self.blobs[name][0])
+        else:
+            read_into(self.store / self.files[name]["raw"], self.meta[name], buf)
 
     # -- placement -------------------------------------------------------------------------------------------
     def _host_buffer(self, nbytes: int, pinned: bool) -> torch.Tensor:
@@ -60,18 +85,19 @@ class Engine:
         """Resident units on the device, RAM tiers in host memory (pinned, pageable or compressed), slots."""
         self.resident: dict[str, dict] = {}
         self.host: dict[str, torch.Tensor] = {}
+        self.host_views: dict[str, dict] = {}
         self.packed: dict[str, np.ndarray] = {}
         for u in self.shape.units:
             p, meta = self.tiers[u.name], self.meta[u.name]
-            path = self.store / self.files[u.name]["raw"]
             if p.tier == "vram":
                 buf = self._host_buffer(meta["nbytes"], False)
-                read_into(path, meta, buf)
+                self._fill(u.name, buf)
                 self.resident[u.name] = views(buf.to(self.device), meta["layout"])
             elif p.tier in ("ram_pinned", "ram_pageable"):
                 buf = self._host_buffer(meta["nbytes"], p.tier == "ram_pinned")
-                read_into(path, meta, buf)
+                self._fill(u.name, buf)
                 self.host[u.name] = buf
+                self.host_views[u.name] = views(buf, meta["layout"])
             elif p.tier == "ram_compressed":
                 self.packed[u.name] = read_bytes(self.store / self.files[u.name]["zst"], self.zmeta[u.name])
         sch_units = [u.name for u in self.shape.units if self.tiers[u.name].tier != "vram"]
@@ -82,6 +108,8 @@ class Engine:
         self.pinned_slots = [self._host_buffer(pslot, True) for _ in range(max(self.plan.pinned_slots, 1))] if pslot else []
 
     def drop_page_cache(self) -> None:
+        if self.store is None:
+            return
         for e in self.files.values():
             for key in ("raw", "zst"):
                 if key in e:
@@ -115,6 +143,7 @@ class Engine:
         ready_ev: list = [None] * n
         staging: list = [None] * n      # host buffer holding the item's bytes after read/unpack
         slot_of: list = [None] * n
+        wviews: list = [None] * n       # the item's weight views, made by the copier
         records: list[tuple] = []       # (i, stage, resource, start, end, nbytes, detail), CUDA events resolved later
         loads = [i for i in range(n) if load[i]]
         pinned_pool: queue.Queue = queue.Queue()
@@ -202,6 +231,7 @@ class Engine:
                 src = staging[i] if staging[i] is not None else self.host.get(name)
                 if load[i] == CPU_READ:
                     staging[i] = src
+                    wviews[i] = views(src, self.meta[name]["layout"])
                     ready[i].set()
                     continue
                 if not self.plan.overlap_copy and i > 0:
@@ -224,6 +254,7 @@ class Engine:
                     slot[:nbytes].copy_(src[:nbytes])
                     records.append((i, "copy", "copy", t0, clock.now(), nbytes, ""))
                 slot_of[i] = slot
+                wviews[i] = views(slot, self.meta[name]["layout"])  # built here, off the compute thread
                 if pin[i]:
                     pinned_pool.put(staging[i])
                 ready[i].set()
@@ -246,13 +277,11 @@ class Engine:
                             raise errors[0]
                         if self.cuda and ready_ev[i] is not None:
                             compute_stream.wait_event(ready_ev[i])
-                    if load[i] == GPU_LOAD:
-                        w_ = views(slot_of[i], self.meta[name]["layout"])
-                    elif name in self.resident:
-                        w_ = self.resident[name]
+                    if load[i]:
+                        w_ = wviews[i]
+                        wviews[i] = None
                     else:
-                        buf = staging[i] if staging[i] is not None else self.host[name]
-                        w_ = views(buf, self.meta[name]["layout"])
+                        w_ = self.resident[name] if name in self.resident else self.host_views[name]
                     dev = torch.device("cpu") if on_cpu[i] else self.device
                     started[i].set()
                     e0 = clock.event(compute_stream if dev.type == "cuda" else None) if dev.type == "cuda" else clock.now()

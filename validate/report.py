@@ -88,6 +88,9 @@ def validate_plan(engine: Engine, shape: ModelShape, machine: MachineSpec, plan:
            "per_token": [{"token": k, "predicted_s": p, "measured_s": m, "error_pct": err(p, m)} for k, (p, m) in enumerate(zip(pt, mt))],
            "per_stage": {s: {"predicted_s": ps.get(s, 0.0), "measured_s": ms.get(s, 0.0), "error_pct": err(ps.get(s, 0.0), ms.get(s, 0.0))}
                          for s in sorted(set(ps) | set(ms))}}
+    rep["load"] = {"predicted_s": sim.summary["load"]["total_s"], "measured_s": engine.load_s,
+                   "error_pct": err(sim.summary["load"]["total_s"], engine.load_s), "by_stage": sim.summary["load"]}
+    rep["compute_model"] = sim.summary["compute_model"]
     if reference is not None:
         rep["exactness"] = exactness(reference, run)
     return rep, run, pred_events

@@ -1,0 +1,32 @@
+"""Placing the weights before the first token (the load phase), by eq. (1)'s stages.
+
+Every unit a plan keeps in VRAM or RAM is read once from storage (cold, or from the page cache when warm); pinned
+tiers and the pinned staging buffers are page-locked at the host's pinning speed; VRAM units are copied to the
+device from pageable memory. Streamed tiers (disk) cost nothing here: they are read during the run.
+"""
+from __future__ import annotations
+
+from hwmodels.specs import MachineSpec
+from sim.equations import STAGED_TIERS, copy_time_s, pin_time_s, read_time_s
+from sim.plan import Plan
+from sim.shapes import ModelShape
+
+
+def load_time_s(model: ModelShape, machine: MachineSpec, plan: Plan, warm: bool) -> dict[str, float]:
+    """Seconds by stage ('read', 'pin', 'copy') and 'total_s'."""
+    ratio = plan.codec.ratio if plan.codec else 1.0
+    read = pin = copy = 0.0
+    staged = 0
+    for u, p in zip(model.units, plan.placements):
+        if p.tier in ("vram", "ram_pinned", "ram_pageable"):
+            read += read_time_s(u.nbytes, machine, warm)
+        elif p.tier == "ram_compressed":
+            read += read_time_s(u.nbytes * ratio, machine, warm)
+        if p.tier == "ram_pinned":
+            pin += pin_time_s(u.nbytes, machine)
+        if p.tier == "vram":
+            copy += copy_time_s(u.nbytes, machine, pinned=False)
+        if p.tier in STAGED_TIERS:  # the engine keeps pinned staging buffers as large as the largest such unit
+            staged = max(staged, u.nbytes)
+    pin += pin_time_s(staged * max(plan.pinned_slots, 1), machine) if staged else 0.0
+    return {"read_s": read, "pin_s": pin, "copy_s": copy, "total_s": read + pin + copy}

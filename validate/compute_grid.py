@@ -1,0 +1,119 @@
+"""Measure compute grids: each unit kind of one architecture timed inside the engine, as the engine runs it.
+
+A few-layer copy of the model (same shapes, random weights, in memory) runs on the engine for every batch x prompt
+length of the grid, all resident on the GPU (or all on the CPU from RAM). A unit's time is the gap between the end of
+the compute before it and its own end, so dispatch, per-unit bookkeeping and synchronisation are included exactly as
+a real run pays them. Prefill gives time by (batch, prompt); the decode steps after it time by (batch, context).
+"""
+from __future__ import annotations
+
+import datetime
+import platform
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from hwmodels.profiles import ComputeGrid
+from hwmodels.specs import MachineSpec
+
+KINDS = ("embedding", "decoder", "lm_head")
+
+
+def unit_tensor_shapes(config: dict, kind: str) -> dict[str, tuple[int, ...]]:
+    """Tensor names (relative to the unit, as the layer store keeps them) and shapes of one unit of a dense model."""
+    h, v = config["hidden_size"], config["vocab_size"]
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads") or heads
+    d = config.get("head_dim") or h // heads
+    if kind == "embedding":
+        return {"weight": (v, h)}
+    if kind == "lm_head":
+        return {"model.norm.weight": (h,), "lm_head.weight": (v, h)}
+    inter = config["intermediate_size"]
+    out = {"input_layernorm.weight": (h,), "post_attention_layernorm.weight": (h,),
+           "self_attn.q_proj.weight": (heads * d, h), "self_attn.k_proj.weight": (kv * d, h),
+           "self_attn.v_proj.weight": (kv * d, h), "self_attn.o_proj.weight": (h, heads * d),
+           "mlp.gate_proj.weight": (inter, h), "mlp.up_proj.weight": (inter, h), "mlp.down_proj.weight": (h, inter)}
+    if config.get("model_type") == "qwen3":
+        out.update({"self_attn.q_norm.weight": (d,), "self_attn.k_norm.weight": (d,)})
+    if config.get("attention_bias") or config.get("model_type") == "qwen2":
+        out.update({"self_attn.q_proj.bias": (heads * d,), "self_attn.k_proj.bias": (kv * d,),
+                    "self_attn.v_proj.bias": (kv * d,)})
+    return out
+
+
+def random_blobs(config: dict, shape, gen_device: str) -> dict[str, tuple[torch.Tensor, list[dict]]]:
+    """unit -> (flat uint8 host tensor, layout) with random bf16 weights (std 0.02; norms near 1)."""
+    from validate.store import _layout
+    out = {}
+    g = torch.Generator(device=gen_device).manual_seed(0)
+    for u in shape.units:
+        tensors = {}
+        for name, shp in unit_tensor_shapes(config, u.kind).items():
+            t = torch.randn(shp, generator=g, device=gen_device, dtype=torch.float32)
+            t = (1.0 + 0.02 * t) if len(shp) == 1 else 0.02 * t
+            tensors[name] = t.to(torch.bfloat16).cpu()
+        layout, size = _layout(tensors)
+        blob = torch.zeros(size, dtype=torch.uint8)
+        for e in layout:
+            blob[e["offset"]:e["offset"] + e["nbytes"]] = tensors[e["name"]].contiguous().view(torch.uint8).flatten()
+        out[u.name] = (blob, layout)
+    return out
+
+
+def unit_times(events, kinds: dict[str, str]) -> dict[tuple[int, str], list[float]]:
+    """(step, kind) -> per-unit seconds, each the gap from the previous compute end (or its own start) to its end."""
+    comps = sorted((e for e in events if e.stage == "compute"), key=lambda e: (e.token, e.end_s))
+    out: dict[tuple[int, str], list[float]] = defaultdict(list)
+    prev: dict[int, float] = {}
+    for e in comps:
+        t0 = prev.get(e.token, e.start_s)
+        out[(e.token, kinds[e.unit])].append(max(e.end_s - max(t0, 0.0), 1e-9))
+        prev[e.token] = e.end_s
+    return out
+
+
+def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4, 16), prompts=(32, 512, 2048),
+                  layers: int = 3, new_tokens: int = 5, progress=None) -> list[ComputeGrid]:
+    """Grids for embedding, decoder and head of `config`'s architecture on `device` ('gpu' or 'cpu')."""
+    from sim.families import shape_from_config
+    from sim.plan import Workload
+    from sim.policies import make_plan
+    from validate.engine import Engine
+    cuda = torch.cuda.is_available()
+    cfg = dict(config, num_hidden_layers=layers)
+    cfg.pop("rope_scaling", None)
+    shape = shape_from_config(cfg)
+    blobs = random_blobs(cfg, shape, "cuda" if cuda else "cpu")
+    names = [u.name for u in shape.units]
+    on_cpu = device == "cpu"
+    plan = make_plan(shape, machine, "calibrate", {n: "ram_pageable" if on_cpu else "vram" for n in names},
+                     {n: "cpu" for n in names} if on_cpu else None)
+    engine = Engine(None, cfg, shape, plan, machine, blobs=blobs)
+    kinds = {u.name: u.kind for u in shape.units}
+    engine.run(Workload(batch=1, prompt_tokens=min(prompts), new_tokens=3))  # warm-up: handles, allocator, caches
+    pre = {k: np.zeros((len(batches), len(prompts))) for k in KINDS}
+    dec = {k: np.zeros((len(batches), len(prompts))) for k in KINDS}
+    for bi, b in enumerate(batches):
+        for pi, p in enumerate(prompts):
+            run = engine.run(Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens))
+            times = unit_times(run.events, kinds)
+            for k in KINDS:
+                pre[k][bi, pi] = float(np.median(times[(0, k)]))
+                dec[k][bi, pi] = float(np.median([t for s in range(1, new_tokens) for t in times[(s, k)]]))
+            if progress:
+                progress(f"{device} b{b} p{p}")
+    src = (f"[M] offloadsim calibrate on {platform.node()}, {datetime.date.today()}: engine run of a {layers}-layer "
+           f"copy, per-unit end-to-end gaps, median over layers and steps; torch {torch.__version__}")
+    family = shape.family
+    out = []
+    for u in shape.units:
+        if u.kind not in KINDS or any(g.unit.kind == u.kind for g in out):
+            continue
+        from sim.compute import signature
+        out.append(ComputeGrid(unit=signature(u, family), device=device, batch=tuple(batches),
+                               prefill_tokens=tuple(prompts), prefill_s=tuple(map(tuple, pre[u.kind].tolist())),
+                               decode_context=tuple(prompts), decode_s=tuple(map(tuple, dec[u.kind].tolist())),
+                               source=src))
+    return out
