@@ -117,23 +117,50 @@ __all__ = ["get_machine", "list_machines", "machine_sources", "gpu_presets", "li
            "part_names", "InputError"]
 
 
+# Plausible ranges for a measured profile's values, by the field's unit suffix: a profile outside them is a broken
+# measurement or a typo, and would give garbage predictions with exit code 0.
+PROFILE_RANGES = {"_bytes_per_s": (1e6, 1e15), "_bytes_per_s_per_thread": (1e6, 1e15), "flops_per_s": (1e8, 1e19),
+                  "capacity_bytes": (2**28, 2**50), "vram_bytes": (2**28, 2**50), "_s": (0.0, 1.0)}
+MAX_PROFILE_BYTES = 4 * 2**20
+
+
+def _check_ranges(machine: MachineSpec, spec: str) -> None:
+    for part in ("gpu", "link", "storage", "host_memory", "cpu"):
+        for field, value in getattr(machine, part).model_dump().items():
+            values = value.values() if isinstance(value, dict) else [value]
+            suffix = max((k for k in PROFILE_RANGES if field.endswith(k)), key=len, default=None)
+            if suffix == "_s" and field.endswith("_per_s"):
+                continue
+            if suffix:
+                low, high = PROFILE_RANGES[suffix]
+                if any(isinstance(v, (int, float)) and not low <= v <= high for v in values):
+                    raise InputError(f"machine: profile {spec!r} field '{part}.{field}' = {value!r} is outside "
+                                     f"{low:g}..{high:g}; re-run 'offloadsim calibrate' or fix that value.")
+
+
 def load_machine(spec: str) -> MachineSpec:
-    """A preset name or the path of a machine profile JSON (written by `offloadsim calibrate`)."""
+    """A preset name or the path of a machine profile JSON (written by `offloadsim calibrate`), range-checked."""
     from pathlib import Path
 
     from pydantic import ValidationError
 
+    from sim.models import load_json
+
+    spec = str(spec)
     path = Path(spec)
-    if spec.endswith(".json") or path.is_file():
-        if not path.is_file():
+    if spec.endswith(".json") or path.exists():
+        if not path.exists():
             raise InputError(f"machine: profile file {spec!r} does not exist; give a preset name or a profile path.")
+        data = load_json(path, "machine", MAX_PROFILE_BYTES, "re-run 'offloadsim calibrate'")
+        if not isinstance(data, dict):
+            raise InputError(f"machine: profile {spec!r} is not a JSON object; re-run 'offloadsim calibrate'.")
         try:
-            import json
-            data = json.loads(path.read_text())
-            return MachineSpec.model_validate(data.get("machine", data))
-        except (ValueError, ValidationError) as exc:
-            first = exc.errors()[0] if isinstance(exc, ValidationError) else None
-            where = ".".join(str(p) for p in first["loc"]) if first else "file"
-            raise InputError(f"machine: profile {spec!r} field {where!r} is invalid "
-                             f"({first['msg'] if first else exc}); re-run 'offloadsim calibrate'.") from None
+            machine = MachineSpec.model_validate(data.get("machine", data))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "file"
+            raise InputError(f"machine: profile {spec!r} field {where!r} is invalid ({first['msg']}); re-run "
+                             "'offloadsim calibrate' or fix that value.") from None
+        _check_ranges(machine, spec)
+        return machine
     return get_machine(spec)

@@ -109,8 +109,11 @@ def parse_link(text: str, field: str = "link") -> tuple[int, int]:
 
 def check_count(value, field: str, low: int, high: int, why: str = "") -> int:
     """An integer in [low, high], else InputError naming the field, the value and the range."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InputError(f"{field}: {value!r} is out of range; give a whole number from {low} to {high}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{field}: {value!r} is not a whole number; give one from {low} to {high}.")
+    if not low <= value <= high:
+        what = f"must be at least {low}" if value < low else f"is more than {high}"
+        raise InputError(f"{field}: {value!r} {what}; give a whole number from {low} to {high}"
                          + (f" ({why})." if why else "."))
     return value
 

@@ -5,8 +5,12 @@ import argparse
 import json
 
 from hwmodels.presets import load_machine
-from hwmodels.units import InputError
-from offloadsim.cli import command, emit
+import math
+
+from hwmodels.units import InputError, check_count
+from offloadsim import limits
+from offloadsim.cli import command, emit, fail
+from offloadsim.outputs import atomic, check_output
 from offloadsim.commands import resolve_model
 from offloadsim.commands_sim import resolve_budgets, resolve_workload
 from sim.attribution import stall_attribution
@@ -35,16 +39,20 @@ def _collapse(rows: list[dict]) -> list[tuple[dict, int]]:
 
 @command("plan")
 def plan_cmd(args: argparse.Namespace) -> int:
-    from planner import plan_with_report
-    from planner.export import to_accelerate, to_llamacpp
+    out = check_output(args.out, "out", (args.model, args.machine), (".json",))
+    if args.time_budget is not None and not (math.isfinite(args.time_budget) and 0 < args.time_budget <= 3600):
+        raise InputError(f"time-budget: {args.time_budget!r} seconds is out of range; give a number in (0, 3600].")
     machine = load_machine(args.machine)
-    model = resolve_model(args)
     w = resolve_workload(args)
     budgets = resolve_budgets(args, machine)
+    model = resolve_model(args)
+    limits.check_request(model, machine, w)
+    from planner import plan_with_report
+    from planner.export import to_accelerate, to_llamacpp
     rep = plan_with_report(model, machine, w, budgets, objective=args.objective, time_budget_s=args.time_budget)
     plan = rep.plan
-    if args.out:
-        plan.save(args.out)
+    if out and plan.feasible:  # an infeasible plan never replaces a file
+        plan.save(out)
     s = rep.summary
     data = {"feasible": plan.feasible, "reason": plan.reason, "model": model.name, "machine": machine.name,
             "time_per_token_s": s.get("time_per_token_s"), "ttft_s": s.get("ttft_s"), "total_s": s.get("total_s"),
@@ -60,9 +68,9 @@ def plan_cmd(args: argparse.Namespace) -> int:
         data["export"] = to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes) if args.export == "accelerate" \
             else to_llamacpp(model, plan)
     if not plan.feasible:
-        text = f"infeasible: {plan.reason}"
-        emit(args, data, text)
-        return 3
+        if args.json:
+            emit(args, data, "")
+        return fail(f"budget: no plan fits: {plan.reason}")
     lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
              f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
              f"planner: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s "
@@ -88,15 +96,19 @@ def plan_cmd(args: argparse.Namespace) -> int:
 
 @command("pareto")
 def pareto_cmd(args: argparse.Namespace) -> int:
-    from planner.pareto import plot, sweep
-    machine = load_machine(args.machine)
-    model = resolve_model(args)
-    w = resolve_workload(args)
+    out = check_output(args.out, "out", (args.model, args.machine), (".png", ".svg", ".pdf"))
     if args.points < 2:
         raise InputError(f"points: {args.points} budgets cannot draw a curve; give --points 2 or more.")
+    check_count(args.points, "points", 2, 32, "budgets per sweep")
+    machine = load_machine(args.machine)
+    w = resolve_workload(args)
     ram = resolve_budgets(args, machine).ram_bytes if args.ram else None
+    model = resolve_model(args)
+    limits.check_request(model, machine, w, items=limits.MAX_ITEMS // args.points)
+    from planner.pareto import plot, sweep
     data = sweep(model, machine, w, points=args.points, ram=ram)
-    plot(data, args.out)
+    with atomic(out) as tmp:
+        plot(data, tmp)
     names = [k for k in data["by_vram"][0] if k != "vram_bytes"]
     lines = [f"{'VRAM GiB':>9} " + " ".join(f"{n:>10}" for n in names)]
     for r in data["by_vram"]:
@@ -107,19 +119,21 @@ def pareto_cmd(args: argparse.Namespace) -> int:
 
 @command("whatif")
 def whatif_cmd(args: argparse.Namespace) -> int:
-    from planner.whatif import grid, parse_vary, plot as plot_whatif
-    from sim.plan import Workload
-    machine = load_machine(args.machine)
-    model = resolve_model(args)
+    plot_out = check_output(args.plot, "plot", (args.model, args.machine), (".png", ".svg", ".pdf"))
     if not args.vary:
         raise InputError("vary: nothing to vary; give at least one --vary KEY=V1,V2, e.g. --vary storage=nvme-gen4,nvme-gen5.")
-    if args.workers < 1:
-        raise InputError(f"workers: {args.workers} must be at least 1.")
+    workers = limits.workers(args.workers)
+    combos = _check_vary(args.vary)
+    machine = load_machine(args.machine)
+    w = limits.workload(args)
+    model = resolve_model(args)
+    limits.check_request(model, machine, w, items=limits.MAX_ITEMS * 4 // combos)
+    from planner.whatif import grid, parse_vary, plot as plot_whatif
     vary = parse_vary(args.vary)
-    w = Workload(batch=args.batch, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
-    data = grid(model, machine, w, vary, workers=args.workers, progress=not args.json)
-    if args.plot:
-        plot_whatif(data, args.plot)
+    data = grid(model, machine, w, vary, workers=workers, progress=not args.json)
+    if plot_out:
+        with atomic(plot_out) as tmp:
+            plot_whatif(data, str(tmp))
     keys = list(vary)
     lines = [" ".join(f"{k:>12}" for k in keys) + f" {'TTFT s':>9} {'s/token':>9} {'tok/s':>8}  critical"]
     for r in sorted(data["rows"], key=lambda r: r.get("time_per_token_s", float("inf")))[:40]:
@@ -133,3 +147,27 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     lines.append("single upgrades from " + ", ".join(f"{k}={v}" for k, v in data["base"].items()) + ":")
     lines += [f"  {u['change']:<24} {u['speedup']:6.2f}x  ({u['time_per_token_s']:.4f} s/token)" for u in data["upgrades"]]
     return emit(args, data, "\n".join(lines))
+
+
+def _check_vary(items: list[str]) -> int:
+    """Each --vary is KEY=V1,V2 with a known key, given once, with distinct non-empty values; returns the combinations."""
+    keys = ("storage", "vram", "ram", "link", "cpu", "gpu")
+    seen: set[str] = set()
+    combos = 1
+    for item in items:
+        key, eq, values = str(item).partition("=")
+        key = key.strip()
+        vals = [v.strip() for v in values.split(",")]
+        if not eq or key not in keys or not values.strip() or any(not v for v in vals):
+            raise InputError(f"vary: {item[:80]!r} is not KEY=V1,V2 with KEY one of {', '.join(keys)} and no empty "
+                             "values; e.g. --vary storage=sata,nvme-gen4.")
+        if key in seen:
+            raise InputError(f"vary: {key!r} is given twice; put all its values in one --vary {key}=V1,V2.")
+        if len(set(vals)) != len(vals):
+            raise InputError(f"vary: {item[:80]!r} repeats a value; give each value once.")
+        seen.add(key)
+        combos *= len(vals)
+        if combos > limits.MAX_WHATIF_COMBOS:
+            raise InputError(f"vary: the values given make more than {limits.MAX_WHATIF_COMBOS} combinations; vary "
+                             "fewer keys or fewer values at once.")
+    return combos

@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 
 from hwmodels.presets import load_machine
-from hwmodels.units import InputError, parse_bytes
+from hwmodels.units import check_count
+from offloadsim import limits
 from offloadsim.cli import command, emit
 from offloadsim.commands import resolve_model
+from offloadsim.outputs import atomic, check_distinct, check_output
 from sim.attribution import stall_attribution
 from sim.critical import critical_path, path_breakdown
 from sim.events import write_chrome_trace
@@ -16,17 +18,13 @@ from sim.simulate import simulate
 
 
 def resolve_workload(args: argparse.Namespace) -> Workload:
-    for field in ("batch", "prompt_tokens", "new_tokens"):
-        if getattr(args, field) < 1:
-            raise InputError(f"{field.replace('_', '-')}: {getattr(args, field)} must be at least 1.")
-    return Workload(batch=args.batch, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, warm=args.warm,
-                    expert_skew=args.expert_skew, seed=args.seed)
+    """The request's counts, each within its sane maximum (offloadsim.limits)."""
+    return limits.workload(args, warm=args.warm)
 
 
 def resolve_budgets(args: argparse.Namespace, machine) -> Budgets:
-    return Budgets.of(machine, vram=parse_bytes(args.vram, "vram") if args.vram else None,
-                      ram=parse_bytes(args.ram, "ram") if args.ram else None,
-                      pinned=parse_bytes(args.pinned, "pinned") if args.pinned else None)
+    """--vram/--ram/--pinned, refused above the machine's hardware."""
+    return limits.budgets(args, machine)
 
 
 def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
@@ -51,10 +49,16 @@ def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
 
 @command("simulate")
 def simulate_cmd(args: argparse.Namespace) -> int:
+    inputs = (args.plan, args.model, args.machine)
+    gantt_out = check_output(args.gantt, "gantt", inputs, (".png", ".svg", ".pdf"))
+    trace_out = check_output(args.trace, "trace", inputs, (".json",))
+    check_distinct({"gantt": gantt_out, "trace": trace_out})
+    check_count(args.attribution, "attribution", 0, 256)
     machine = load_machine(args.machine)
-    model = resolve_model(args)
     w = resolve_workload(args)
     budgets = resolve_budgets(args, machine)
+    model = resolve_model(args)
+    limits.check_request(model, machine, w)
     plan = Plan.load(args.plan) if args.plan else get_policy(args.policy or "stream")(model, machine, w, budgets)
     res = simulate(model, machine, plan, w, budgets)
     events = list(res.events)
@@ -71,13 +75,15 @@ def simulate_cmd(args: argparse.Namespace) -> int:
         units = [u for u in sorted(cost, key=cost.get, reverse=True) if tiers[u].tier != "vram"][: 3 * args.attribution]
         attrib = [a for a in stall_attribution(model, machine, plan, w, budgets, units=units or None)[: args.attribution]
                   if a["gain_s"] > 0]
-    if args.gantt:
+    if gantt_out:
         from sim.plots import gantt
         last = max(0, w.new_tokens - 3)
-        gantt(events, args.gantt, f"{model.name} on {machine.name}, {plan.policy}, tokens {last}-{w.new_tokens - 1}",
-              tokens=(last, w.new_tokens - 1), critical=path)
-    if args.trace:
-        write_chrome_trace(events, args.trace, f"{model.name} {plan.policy}")
+        with atomic(gantt_out) as tmp:
+            gantt(events, str(tmp), f"{model.name} on {machine.name}, {plan.policy}, tokens {last}-{w.new_tokens - 1}",
+                  tokens=(last, w.new_tokens - 1), critical=path)
+    if trace_out:
+        with atomic(trace_out) as tmp:
+            write_chrome_trace(events, str(tmp), f"{model.name} {plan.policy}")
     data = dict(res.summary, policy=plan.policy, model=model.name, machine=machine.name, critical_path_s=crit,
                 stall_attribution=attrib)
     return emit(args, data, _fmt(res.summary, plan, crit, attrib))

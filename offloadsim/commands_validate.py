@@ -1,58 +1,147 @@
-"""Handlers of make-checkpoint, calibrate and validate."""
+"""Handlers of make-checkpoint, calibrate and validate (torch-only commands; every input checked before torch runs)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 from pathlib import Path
 
 from hwmodels.presets import load_machine
-from hwmodels.units import InputError, parse_bytes
+from hwmodels.units import InputError, check_count, parse_bytes
+from offloadsim import limits
 from offloadsim.cli import command, emit
-from sim.plan import Budgets, Plan, Workload, write_atomic
+from offloadsim.outputs import atomic, check_output
+from sim.plan import Budgets, Plan, Workload
+
+GiB = 2**30
+MAX_CHECKPOINT_BYTES = 64 * GiB   # make-checkpoint writes random weights; beyond this it is no test checkpoint
+MAX_CALIBRATE_LAYER_BYTES = 2 * GiB
+
+
+def need_torch(what: str) -> None:
+    """Refuse in one sentence when the validate extra (torch, transformers, zstandard) is not installed."""
+    missing = [m for m in ("torch", "transformers", "zstandard", "numpy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise InputError(f"{what}: needs {', '.join(missing)}, which is not installed; install the extra with "
+                         "pip install -e '.[validate]'.")
+
+
+def _host_ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 * GiB
+
+
+def _device(device: str | None) -> str | None:
+    if device is None:
+        return None
+    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise InputError(f"device: {device!r} is not a device; give cpu or cuda.")
+    if device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise InputError(f"device: {device!r} was asked for but CUDA is not available here; give --device cpu.")
+        if ":" in device and int(device[5:]) >= torch.cuda.device_count():
+            raise InputError(f"device: {device!r} does not exist; this machine has {torch.cuda.device_count()} GPUs.")
+    return device
 
 
 @command("make-checkpoint")
 def make_checkpoint_cmd(args: argparse.Namespace) -> int:
+    need_torch("make-checkpoint")
+    from sim.families import shape_from_config
     from validate.checkpoint import make_checkpoint, make_config
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"out: {args.out!r} exists and is not an empty folder; give a new or empty folder.")
+    check_output(str(out), "out")
+    check_count(args.seed, "seed", 0, limits.MAX_SEED)
+    for field in ("layers", "hidden", "intermediate", "heads", "kv_heads", "vocab"):
+        if getattr(args, field) is not None:
+            check_count(getattr(args, field), field.replace("_", "-"), 1, 1_000_000)
     cfg = make_config(args.preset, num_hidden_layers=args.layers, hidden_size=args.hidden,
                       intermediate_size=args.intermediate, num_attention_heads=args.heads,
                       num_key_value_heads=args.kv_heads, vocab_size=args.vocab)
-    out = make_checkpoint(cfg, Path(args.out), seed=args.seed, device=args.device)
+    shape = shape_from_config(dict(cfg, torch_dtype="bfloat16"), source=f"preset {args.preset}")
+    cap = min(MAX_CHECKPOINT_BYTES, _host_ram_bytes() // 2)
+    if shape.total_bytes > cap:
+        raise InputError(f"layers: the checkpoint would hold {shape.total_bytes / GiB:.1f} GiB of weights, more than "
+                         f"{cap / GiB:.1f} GiB (half this machine's RAM, at most 64 GiB); lower --layers, --hidden or "
+                         "--vocab.")
+    _device(args.device)
+    out = make_checkpoint(cfg, out, seed=args.seed, device=args.device)
     return emit(args, {"out": str(out)}, f"checkpoint written to {out}")
 
 
 @command("calibrate")
 def calibrate_cmd(args: argparse.Namespace) -> int:
-    from sim.models import _read_config, preset_config
+    need_torch("calibrate")
+    from sim.families import shape_from_config
+    from sim.models import preset_config, read_config
+    out = check_output(args.out, "out", (args.model,), (".json",))
+    if not Path(args.dir).is_dir():
+        raise InputError(f"dir: {args.dir!r} is not a folder; give a folder on the disk to measure.")
+    load_machine(args.base)
+    cfg = read_config(Path(args.model)) if args.model.endswith(".json") else preset_config(args.model)
+    shape = shape_from_config(cfg, source=args.model)
+    layer = max((u.nbytes for u in shape.units if u.kind in ("decoder", "attention")), default=0)
+    if layer > MAX_CALIBRATE_LAYER_BYTES:
+        raise InputError(f"model: calibrate times one decoder layer and {args.model!r} has {layer / GiB:.1f} GiB "
+                         "layers; give a smaller model of the same family, like llama-3.1-8b.")
     from validate.calibrate import calibrate
-    cfg = _read_config(Path(args.model)) if args.model.endswith(".json") else preset_config(args.model)
     prof = calibrate(args.base, Path(args.dir), cfg, quick=args.quick)
-    write_atomic(Path(args.out), json.dumps(prof, indent=1, default=float))
+    with atomic(out) as tmp:
+        tmp.write_text(json.dumps(prof, indent=1, default=float))
     m = prof["machine"]
     return emit(args, prof, f"profile written to {args.out}: cold read {m['storage']['cold_read_bytes_per_s'] / 1e9:.2f} GB/s, "
                 f"page cache {m['storage']['cache_read_bytes_per_s'] / 1e9:.2f} GB/s, pinned copy "
                 f"{m['link']['pinned_h2d_bytes_per_s'] / 1e9:.2f} GB/s, kernel overhead {m['gpu']['kernel_overhead_s'] * 1e6:.1f} us")
 
 
+def _validate_workload(args, shape, machine) -> Workload:
+    batch = check_count(args.batch, "batch", 1, 256)
+    prompt = check_count(args.prompt_tokens, "prompt-tokens", 1, 32768)
+    new = check_count(args.new_tokens, "new-tokens", 1, 1024)
+    w = Workload(batch=batch, prompt_tokens=prompt, new_tokens=new, warm=not args.cold)
+    limits.check_request(shape, machine, w)
+    from sim.memory import activation_bytes, kv_cache_bytes
+    need = kv_cache_bytes(shape, w) + 4 * activation_bytes(shape, w)
+    room = _host_ram_bytes() // 4
+    if need > room:
+        raise InputError(f"batch: {batch} x ({prompt} + {new}) tokens need about {need / GiB:.1f} GiB of KV cache and "
+                         f"activations on the engine, more than a quarter of this machine's RAM ({room / GiB:.1f} GiB); "
+                         "lower --batch or --prompt-tokens.")
+    return w
+
+
 @command("validate")
 def validate_cmd(args: argparse.Namespace) -> int:
-    from sim.models import load_model
+    need_torch("validate")
+    from sim.models import load_model, read_config
     from sim.policies import POLICIES
-    from validate.engine import Engine
-    from validate.report import reference_run, summarize, validate_plan, write_report
-    from validate.store import build_store
+    from validate.store import build_store, check_store
 
     ckpt = Path(args.checkpoint)
     if not ckpt.is_dir():
         raise InputError(f"checkpoint: {args.checkpoint!r} is not a folder; give a Hugging Face checkpoint folder "
                          "(make one with 'offloadsim make-checkpoint').")
-    shape = load_model(str(ckpt))
-    config = json.loads((ckpt / "config.json").read_text())
-    machine = load_machine(args.profile or "h200-testbox")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"out: {args.out!r} is a file; give a folder for the report.")
+    check_output(str(out / "report.json"), "out", (args.plan, args.checkpoint))
+    device = _device(args.device)
     store = Path(args.store) if args.store else ckpt / ".offloadsim-store"
-    if not (store / "store.json").exists():
-        build_store(ckpt, shape, store)
-    w = Workload(batch=args.batch, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, warm=not args.cold)
+    if store.exists() and not store.is_dir():
+        raise InputError(f"store: {args.store or str(store)!r} is a file; give a folder for the layer store.")
+    shape = load_model(str(ckpt))
+    config = read_config(ckpt / "config.json")
+    machine = load_machine(args.profile or "h200-testbox")
+    if shape.total_bytes > _host_ram_bytes() // 2:
+        raise InputError(f"checkpoint: {args.checkpoint!r} holds {shape.total_bytes / GiB:.1f} GiB of weights, more "
+                         "than half this machine's RAM; validate a smaller checkpoint (offloadsim make-checkpoint --layers 2).")
+    w = _validate_workload(args, shape, machine)
     budgets = Budgets.of(machine, vram=parse_bytes(args.vram, "vram") if args.vram else None,
                          ram=parse_bytes(args.ram, "ram") if args.ram else None)
     if Path(args.plan).exists():
@@ -64,11 +153,17 @@ def validate_cmd(args: argparse.Namespace) -> int:
     if [p.unit for p in plan.placements] != [u.name for u in shape.units]:
         raise InputError(f"plan: it was made for model {plan.model!r}, not this checkpoint; make it with "
                          f"'offloadsim plan {ckpt}'.")
-    ref = reference_run(store, config, shape, machine, w, args.device)
-    engine = Engine(store, config, shape, plan, machine, args.device)
+    if (store / "store.json").exists():
+        check_store(store, shape)
+    else:
+        build_store(ckpt, shape, store)
+    from validate.engine import Engine
+    from validate.report import reference_run, summarize, validate_plan, write_report
+    ref = reference_run(store, config, shape, machine, w, device)
+    engine = Engine(store, config, shape, plan, machine, device)
     rep, run, pred = validate_plan(engine, shape, machine, plan, w, budgets, args.cold, ref)
     rep["summary"] = summarize([rep])
-    write_report(Path(args.out), rep, run, pred, "report")
+    write_report(out, rep, run, pred, "report")
     ex = rep.get("exactness", {})
     text = (f"{plan.policy} on {ckpt.name}: predicted {rep['predicted']['time_per_token_s']:.5f} s/token, measured "
             f"{rep['measured']['time_per_token_s']:.5f} s/token ({rep['error_pct']['time_per_token']:+.1f}%); TTFT "

@@ -21,8 +21,22 @@ def register(*model_types: str):
     return deco
 
 
+# Largest value each size field may take: well above every published model, far below what would hang the builder.
+MAX_FIELD = {"num_hidden_layers": 1024, "hidden_size": 131_072, "intermediate_size": 1_048_576,
+             "moe_intermediate_size": 1_048_576, "ffn_dim": 1_048_576, "vocab_size": 4_194_304,
+             "num_attention_heads": 1024, "num_key_value_heads": 1024, "head_dim": 4096,
+             "num_local_experts": 1024, "num_experts": 1024, "n_routed_experts": 1024, "num_experts_per_tok": 64,
+             "n_shared_experts": 64, "max_position_embeddings": 16_777_216}
+MAX_FIELD_DEFAULT = 1_048_576
+# Fields that divide or count something and so must be at least 1.
+POSITIVE = {"num_hidden_layers", "hidden_size", "intermediate_size", "moe_intermediate_size", "ffn_dim", "vocab_size",
+            "num_attention_heads", "num_key_value_heads", "num_local_experts", "num_experts", "n_routed_experts",
+            "num_experts_per_tok", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "moe_layer_freq", "head_dim"}
+MAX_UNITS = 200_000  # units of one model (DeepSeek-V3 has 15k)
+
+
 class _Cfg:
-    """Typed access to config.json fields with one-sentence errors."""
+    """Typed access to config.json fields with one-sentence errors (type, range, required)."""
 
     def __init__(self, cfg: dict, source: str):
         self.cfg, self.source = cfg, source
@@ -34,8 +48,10 @@ class _Cfg:
                 raise InputError(f"{self.source}: field {key!r} is missing for model_type "
                                  f"{self.cfg.get('model_type')!r}; add it as in the model's original config.json.")
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"{self.source}: field {key!r} is {value!r}; it must be a non-negative integer.")
+        low, high = (1 if key in POSITIVE else 0), MAX_FIELD.get(key, MAX_FIELD_DEFAULT)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise InputError(f"{self.source}: field {key!r} is {shown}; it must be a whole number from {low} to {high}.")
         return value
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -57,7 +73,12 @@ def _gqa_attention(c: _Cfg, h: int, qkv_bias: bool, qk_norm: bool) -> tuple[int,
     """(matrix params, small params, attn FLOPs per context token, KV bytes per token)."""
     n_h = c.int("num_attention_heads")
     n_kv = c.int("num_key_value_heads", n_h)
-    d = c.int("head_dim", h // n_h) if c.get("head_dim") else h // n_h
+    if n_kv > n_h or n_h % n_kv:
+        raise InputError(f"{c.source}: field 'num_key_value_heads' is {n_kv}; it must divide num_attention_heads ({n_h}).")
+    d = c.int("head_dim") if c.get("head_dim") is not None else h // n_h
+    if d < 1:
+        raise InputError(f"{c.source}: field 'num_attention_heads' is {n_h}, more than hidden_size ({h}); give "
+                         "head_dim or fewer heads.")
     matrix = h * (n_h + 2 * n_kv) * d + n_h * d * h
     small = 2 * h + ((n_h + 2 * n_kv) * d if qkv_bias else 0) + (2 * d if qk_norm else 0)
     return matrix, small, 4 * n_h * d, 2 * n_kv * d * KV_BYTES
@@ -170,9 +191,12 @@ def _opt(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
                       hidden=h, vocab=vocab, units=tuple(units + [head]))
 
 
-def default_format(cfg: dict) -> WeightFormat:
+def default_format(cfg: dict, source: str = "config.json") -> WeightFormat:
     """The checkpoint's native format: FP8 when quantization_config says so, else torch_dtype (bf16 by default)."""
     q = cfg.get("quantization_config") or {}
+    if not isinstance(q, dict):
+        raise InputError(f"{source}: field 'quantization_config' is {str(q)[:40]!r}; it must be an object such as "
+                         "{\"quant_method\": \"fp8\"}, or leave it out.")
     if q.get("quant_method") == "fp8":
         return parse_format("fp8")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
@@ -184,6 +208,21 @@ def shape_from_config(cfg: dict, fmt: WeightFormat | None = None, source: str = 
     if not isinstance(cfg, dict):
         raise InputError(f"{source}: expected a JSON object with model_type and sizes; got {type(cfg).__name__}.")
     t = cfg.get("model_type")
-    if t not in BUILDERS:
-        raise InputError(f"{source}: model_type {t!r} is not supported; supported: {', '.join(sorted(BUILDERS))}.")
-    return BUILDERS[t](cfg, fmt or default_format(cfg), source)
+    if not isinstance(t, str) or t not in BUILDERS:
+        raise InputError(f"{source}: model_type {str(t)[:40]!r} is not supported; supported: {', '.join(sorted(BUILDERS))}.")
+    c = _Cfg(cfg, source)
+    n_layers = c.int("num_hidden_layers")
+    experts = max((c.int(k) for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k) is not None),
+                  default=0)
+    if experts:
+        k = c.int("num_experts_per_tok")
+        if k > experts:
+            raise InputError(f"{source}: field 'num_experts_per_tok' is {k}; it must be at most the {experts} experts.")
+    if n_layers * (experts + 2) > MAX_UNITS:
+        raise InputError(f"{source}: field 'num_hidden_layers' is {n_layers} with {experts} experts each, more than "
+                         f"{MAX_UNITS:,} units; check the config.")
+    shape = BUILDERS[t](cfg, fmt or default_format(cfg, source), source)
+    if shape.total_bytes <= 0 or shape.total_bytes > 2**50:
+        raise InputError(f"{source}: the sizes give {shape.total_bytes:,} bytes of weights; check hidden_size, "
+                         "intermediate_size and vocab_size.")
+    return shape

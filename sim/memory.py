@@ -65,7 +65,8 @@ def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     ram_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pageable") + \
         int(sum(sizes[n] * ratio for n, p in t.items() if p.tier == "ram_compressed"))
     pinned_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pinned")
-    pinned_staging = plan.pinned_slots * pin_slot
+    # the loaders keep at least one pinned buffer when they stage (sim/fast.py, sim/timeline.py, validate/engine.py)
+    pinned_staging = max(plan.pinned_slots, 1) * pin_slot
     cache = budgets.ram_bytes - ram_w - pinned_w - pinned_staging
     return MemoryUse(resident_vram_bytes=sum(sizes[n] for n, p in t.items() if p.tier == "vram"),
                      staging_vram_bytes=plan.vram_slots * slot if streamed else 0, kv_bytes=kv_cache_bytes(model, w),

@@ -32,45 +32,124 @@ def preset_config(name: str) -> dict:
     return cfg
 
 
-def _read_config(path: Path) -> dict:
+MAX_CONFIG_BYTES = 16 * 2**20      # config.json files are a few KiB
+MAX_HEADER_BYTES = 100 * 2**20     # safetensors refuses larger headers too
+MAX_JSON_DEPTH = 32
+
+
+def _depth(obj, limit: int = MAX_JSON_DEPTH) -> int:
+    """Nesting depth of parsed JSON, iteratively (no recursion on hostile input); stops past `limit`."""
+    depth, level = 0, [obj]
+    while level and depth <= limit:
+        depth += 1
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())
+                 if isinstance(v, (dict, list))]
+    return depth
+
+
+def load_json(path: Path, field: str, max_bytes: int = MAX_CONFIG_BYTES, fix: str = "fix the file"):
+    """Parse a JSON file the CLI reads: refuses non-files, huge files, bad JSON and deep nesting in one sentence."""
     try:
-        cfg = json.loads(path.read_text())
+        if not path.is_file():
+            raise InputError(f"{field}: {str(path)!r} is not a regular file; give the path of a JSON file.")
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise InputError(f"{field}: {str(path)!r} is {size / 2**20:.0f} MiB, larger than any such file "
+                             f"({max_bytes / 2**20:.0f} MiB); {fix}.")
+        text = path.read_bytes().decode("utf-8")
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file or give a preset name.") from None
+        raise InputError(f"{field}: {str(path)!r} is not valid JSON ({exc.msg} at line {exc.lineno}); {fix}.") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{field}: {str(path)!r} is not UTF-8 text; {fix}.") from None
+    except RecursionError:
+        raise InputError(f"{field}: {str(path)!r} nests deeper than {MAX_JSON_DEPTH} levels; {fix}.") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror}); check the path.") from None
-    if isinstance(cfg, dict):
-        cfg.setdefault("_name_or_path", path.parent.name if path.name == "config.json" else path.stem)
+        raise InputError(f"{field}: {str(path)!r} cannot be read ({exc.strerror}); check the path.") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise InputError(f"{field}: {str(path)!r} nests deeper than {MAX_JSON_DEPTH} levels; {fix}.")
+    return data
+
+
+def read_config(path: Path) -> dict:
+    """A config.json, parsed and checked to be a JSON object."""
+    cfg = load_json(path, str(path), fix="fix the file or give a preset name")
+    if not isinstance(cfg, dict):
+        raise InputError(f"{path}: expected a JSON object with model_type and sizes; got {type(cfg).__name__}.")
+    cfg.setdefault("_name_or_path", path.parent.name if path.name == "config.json" else path.stem)
     return cfg
+
+
+_read_config = read_config
+
+
+def safetensors_header(file: Path) -> dict[str, int]:
+    """Tensor name -> bytes from one safetensors header, each entry checked against the file (no weights read)."""
+    where = f"checkpoint: {str(file)!r}"
+    fix = "re-download or re-create the checkpoint"
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise InputError(f"{where} is {size} bytes, too short for a safetensors header; {fix}.")
+            n = int.from_bytes(head, "little")
+            if n > MAX_HEADER_BYTES or 8 + n > size:
+                raise InputError(f"{where} claims a {n:,}-byte header in a {size:,}-byte file; {fix}.")
+            raw = fh.read(n)
+        header = json.loads(raw.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise InputError(f"{where} has an unreadable header; {fix}.") from None
+    except OSError as exc:
+        raise InputError(f"{where} cannot be read ({exc.strerror}); check the file.") from None
+    if not isinstance(header, dict):
+        raise InputError(f"{where} has a header that is not a JSON object; {fix}.")
+    data_bytes = size - 8 - n
+    out: dict[str, int] = {}
+    for key, e in header.items():
+        if key == "__metadata__":
+            continue
+        ok = isinstance(e, dict) and e.get("dtype") in DTYPE_BYTES and isinstance(e.get("shape"), list) \
+            and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**48 for d in e["shape"]) \
+            and isinstance(e.get("data_offsets"), list) and len(e["data_offsets"]) == 2 \
+            and all(isinstance(o, int) and not isinstance(o, bool) for o in e["data_offsets"])
+        if not ok:
+            raise InputError(f"{where}: tensor {str(key)[:60]!r} has a malformed header entry; {fix}.")
+        count = 1
+        for d in e["shape"]:
+            count *= d
+        nbytes = count * DTYPE_BYTES[e["dtype"]]
+        begin, end = e["data_offsets"]
+        if not 0 <= begin <= end <= data_bytes or end - begin != nbytes:
+            raise InputError(f"{where}: tensor {str(key)[:60]!r} claims {nbytes:,} bytes at {begin}..{end} but the "
+                             f"file holds {data_bytes:,} bytes of data; {fix}.")
+        out[key] = nbytes
+    return out
 
 
 def checkpoint_tensors(folder: Path) -> dict[str, int]:
     """Tensor name -> stored bytes, from the safetensors headers of a folder (index file or single file)."""
-    from safetensors import safe_open
-
-    files = sorted(folder.glob("*.safetensors"))
+    files = sorted(f for f in folder.glob("*.safetensors") if f.is_file())
     if not files:
         raise InputError(f"checkpoint: folder {str(folder)!r} has no *.safetensors files; point at a Hugging Face "
                          "checkpoint folder or make one with 'offloadsim make-checkpoint'.")
+    if len(files) > 10_000:
+        raise InputError(f"checkpoint: folder {str(folder)!r} has {len(files)} safetensors files; give one checkpoint.")
     sizes: dict[str, int] = {}
     for file in files:
-        with safe_open(str(file), framework="numpy") as fh:
-            for key in fh.keys():
-                sl = fh.get_slice(key)
-                n = 1
-                for d in sl.get_shape():
-                    n *= d
-                sizes[key] = n * DTYPE_BYTES.get(sl.get_dtype(), 2)
+        sizes.update(safetensors_header(file))
+        if len(sizes) > 1_000_000:
+            raise InputError(f"checkpoint: folder {str(folder)!r} holds more than a million tensors; give one checkpoint.")
     return sizes
 
 
 def shape_from_checkpoint(folder: Path) -> ModelShape:
     """Shape from config.json, with each unit's nbytes replaced by the exact bytes of its tensors."""
     cfg_path = folder / "config.json"
-    if not cfg_path.exists():
+    if not cfg_path.is_file():
         raise InputError(f"checkpoint: folder {str(folder)!r} has no config.json; copy the model's config.json beside "
                          "its safetensors files.")
-    shape = shape_from_config(_read_config(cfg_path), source=str(cfg_path))
+    shape = shape_from_config(read_config(cfg_path), source=str(cfg_path))
     tensors = checkpoint_tensors(folder)
     prefixes = sorted(((m, u.name) for u in shape.units for m in u.modules), key=lambda p: -len(p[0]))
     per_unit: dict[str, int] = {u.name: 0 for u in shape.units}
@@ -83,12 +162,17 @@ def shape_from_checkpoint(folder: Path) -> ModelShape:
     units = []
     for u in shape.units:
         tied = tensors.get(emb.modules[0] + ".weight", 0) if u.kind == "lm_head" and "lm_head.weight" not in tensors else 0
+        if per_unit[u.name] + tied <= 0:
+            raise InputError(f"checkpoint: no tensor of {str(folder)!r} belongs to unit {u.name!r}; the safetensors "
+                             "files do not match config.json, give the checkpoint they came with.")
         units.append(u.model_copy(update={"nbytes": per_unit[u.name] + tied, "tied_nbytes": tied}))
     return shape.model_copy(update={"units": tuple(units)})
 
 
 def load_model(spec: str, fmt: WeightFormat | None = None) -> ModelShape:
     """A preset name, a config.json path or a checkpoint folder -> ModelShape."""
+    if not str(spec).strip() or "\x00" in str(spec):
+        raise InputError(f"model: {spec!r} is empty; give a preset name, a config.json or a checkpoint folder.")
     path = Path(spec)
     if path.is_dir():
         if fmt is not None:
@@ -97,5 +181,5 @@ def load_model(spec: str, fmt: WeightFormat | None = None) -> ModelShape:
     if path.suffix == ".json" or path.is_file():
         if not path.exists():
             raise InputError(f"model: file {spec!r} does not exist; give a preset name, a config.json or a folder.")
-        return shape_from_config(_read_config(path), fmt, source=str(path))
+        return shape_from_config(read_config(path), fmt, source=str(path))
     return shape_from_config(preset_config(spec), fmt, source=f"preset {spec}")

@@ -18,6 +18,8 @@ from hwmodels.units import InputError
 from sim.equations import Codec, Tier
 
 PLAN_VERSION = 1
+MAX_PLAN_BYTES = 64 * 2**20
+MAX_SLOTS = 64  # staging buffers, prefetch depth and reader threads: engines use 1-4
 
 
 class Spec(BaseModel):
@@ -36,14 +38,14 @@ class Plan(Spec):
     machine: str = Field(description="Machine name the plan was made for.")
     policy: str = Field(default="custom", description="Who made the plan (a policy name or 'planner').")
     placements: tuple[Placement, ...] = Field(description="One placement per unit, in model order.")
-    prefetch_depth: NonNegativeInt = Field(default=1, description="Loads may run this many streamed units ahead of "
+    prefetch_depth: NonNegativeInt = Field(default=1, le=MAX_SLOTS, description="Loads may run this many streamed units ahead of "
                                            "compute; 0 loads a unit only when the previous unit has finished.")
     overlap_copy: bool = Field(default=True, description="Host-to-device copies overlap compute (side stream); False "
                                "makes each copy wait for the previous unit's compute (blocking copy).")
-    vram_slots: PositiveInt = Field(default=2, description="VRAM staging buffers, each the size of the largest streamed unit.")
-    pinned_slots: NonNegativeInt = Field(default=2, description="Pinned host staging buffers for disk reads and unpacking.")
+    vram_slots: PositiveInt = Field(default=2, le=MAX_SLOTS, description="VRAM staging buffers, each the size of the largest streamed unit.")
+    pinned_slots: NonNegativeInt = Field(default=2, le=MAX_SLOTS, description="Pinned host staging buffers for disk reads and unpacking.")
     pinned_staging: bool = Field(default=True, description="Disk reads land in pinned buffers (else pageable copies).")
-    reader_threads: PositiveInt = Field(default=1, description="Parallel disk reads (SimPy only).")
+    reader_threads: PositiveInt = Field(default=1, le=MAX_SLOTS, description="Parallel disk reads (SimPy only).")
     codec: Codec | None = Field(default=None, description="Codec of the compressed tiers.")
     expert_predictor_hit_rate: float | None = Field(default=None, ge=0, le=1, description="Fraction of routed experts "
                                                     "guessed one layer ahead; None: loads wait for the router.")
@@ -61,18 +63,22 @@ class Plan(Spec):
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"plan: cannot read {str(path)!r} ({exc}); give a plan JSON written by 'offloadsim plan'.") from None
-        if isinstance(data, dict) and data.get("version", PLAN_VERSION) != PLAN_VERSION:
+        """Read and check a plan file; raises InputError naming the field, the value and the fix."""
+        from sim.models import load_json
+
+        data = load_json(Path(path), "plan", MAX_PLAN_BYTES, "give a plan JSON written by 'offloadsim plan'")
+        if not isinstance(data, dict):
+            raise InputError(f"plan: {str(path)!r} is not a JSON object; give a plan JSON written by 'offloadsim plan'.")
+        if data.get("version", PLAN_VERSION) != PLAN_VERSION:
             raise InputError(f"plan: version {data.get('version')!r} in {str(path)!r} is not supported; "
                              f"re-create it with this offloadsim (version {PLAN_VERSION}).")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
-            raise InputError(f"plan: field {'.'.join(map(str, err['loc']))!r} = {err.get('input')!r} in {str(path)!r}: "
+            value = repr(err.get("input"))
+            value = value if len(value) <= 60 else value[:57] + "..."
+            raise InputError(f"plan: field {'.'.join(map(str, err['loc']))!r} = {value} in {str(path)!r}: "
                              f"{err['msg']}; fix the plan file.") from None
 
 

@@ -57,7 +57,7 @@ def test_plan_file_round_trip(capsys, tmp_path):
     (["--policy", "resident", "--vram", "4GiB"], "vram: the plan needs"),
     (["--vram", "lots"], "vram: cannot read 'lots'"),
     (["--new-tokens", "0"], "new-tokens: 0 must be at least 1"),
-    (["--plan", "/nonexistent/plan.json"], "plan: cannot read"),
+    (["--plan", "/nonexistent/plan.json"], "plan: '/nonexistent/plan.json' is not a regular file"),
 ])
 def test_simulate_bad_input(capsys, argv, match):
     rc, _, err = run(capsys, "simulate", "qwen3-14b", "--machine", "rtx3080-laptop", *argv)

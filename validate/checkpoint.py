@@ -17,6 +17,13 @@ def make_config(preset: str, **overrides) -> dict:
             cfg[key] = value
     if "hidden_size" in overrides and overrides["hidden_size"] and "head_dim" in cfg:
         cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+    heads, kv = cfg.get("num_attention_heads", 1), cfg.get("num_key_value_heads", cfg.get("num_attention_heads", 1))
+    if cfg.get("hidden_size", 0) % heads:
+        raise InputError(f"heads: {heads} does not divide hidden_size {cfg['hidden_size']}; give --heads that divides "
+                         "--hidden.")
+    if heads % kv:
+        raise InputError(f"kv-heads: {kv} does not divide num_attention_heads {heads}; give --kv-heads that divides "
+                         "--heads.")
     return cfg
 
 

@@ -17,7 +17,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
+
 from hwmodels.units import InputError
+from sim.plan import write_atomic
 from sim.shapes import ModelShape
 
 CHUNK = 4 * 2**20
@@ -60,6 +63,42 @@ def _planes(blob: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blob.reshape(-1, 2).T).reshape(-1)
 
 
+class StoreEntry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    nbytes: NonNegativeInt = Field(description="Bytes of the unit's raw blob (64-byte aligned tensors).")
+    raw: str = Field(description="File name of the raw blob, inside the store folder.")
+    zst: str | None = Field(default=None, description="File name of the zstd byte-plane blob.")
+    stored_nbytes: NonNegativeInt | None = Field(default=None, description="Bytes of the compressed blob.")
+
+
+class StoreIndex(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    units: dict[str, StoreEntry] = Field(description="Unit name -> its files.")
+
+
+def check_store(store: Path, shape: ModelShape) -> StoreIndex:
+    """Read store.json and check it against the model and the folder; InputError names the fix (rebuild)."""
+    from sim.models import load_json
+
+    fix = f"delete {str(store)!r} to rebuild it"
+    data = load_json(store / "store.json", "store", 64 * 2**20, fix)
+    try:
+        index = StoreIndex.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(f"store: field {'.'.join(map(str, err['loc']))!r} of {str(store / 'store.json')!r} is invalid "
+                         f"({err['msg']}); {fix}.") from None
+    for u in shape.units:
+        e = index.units.get(u.name)
+        if e is None:
+            raise InputError(f"store: {str(store)!r} has no entry for unit {u.name!r} (another model's store?); {fix}.")
+        for name in (e.raw, e.zst):
+            f = store / name if name else None
+            if f is not None and (Path(name).name != name or not f.is_file()):
+                raise InputError(f"store: file {name!r} of unit {u.name!r} is missing from {str(store)!r}; {fix}.")
+    return index
+
+
 def build_store(checkpoint: Path, shape: ModelShape, out: Path, compress: bool = True, level: int = 3,
                 threads: int = 4) -> dict:
     """Write `<unit>.raw.safetensors` (and `<unit>.zst.safetensors`) for every unit, plus store.json."""
@@ -86,7 +125,7 @@ def build_store(checkpoint: Path, shape: ModelShape, out: Path, compress: bool =
             entry.update(zst=f"{name}.zst.safetensors", stored_nbytes=int(packed.size))
         index["units"][name] = entry
     pool.shutdown()
-    (out / "store.json").write_text(json.dumps(index, indent=1))
+    write_atomic(out / "store.json", json.dumps(index, indent=1))
     return index
 
 

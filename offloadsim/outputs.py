@@ -1,0 +1,88 @@
+"""Output files of the CLI: checked before any work, written atomically, never over an input of the same run.
+
+`check_output` refuses a missing folder, a directory, a special file or an input of this run; `atomic` yields a
+temporary path beside the target (same suffix, so plotting libraries pick the format) and renames it on success.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from hwmodels.units import InputError
+
+_SPECIAL = ("/proc", "/sys", "/dev")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except (OSError, RuntimeError):
+        return False
+
+
+def check_output(path: str | None, field: str, inputs: tuple = (), suffixes: tuple[str, ...] = ()) -> Path | None:
+    """The output path, refused in one sentence when it cannot or must not be written."""
+    if path is None:
+        return None
+    if not str(path).strip() or "\x00" in str(path):
+        raise InputError(f"{field}: {path!r} is not a file name; give a path like 'out.json'.")
+    p = Path(path)
+    try:
+        resolved = p.resolve()
+    except (OSError, RuntimeError):
+        raise InputError(f"{field}: {str(path)!r} cannot be resolved (a symlink loop?); give a plain path.") from None
+    if any(str(resolved) == s or str(resolved).startswith(s + "/") for s in _SPECIAL):
+        raise InputError(f"{field}: {str(path)!r} is a system path; write the output to an ordinary folder.")
+    parent = resolved.parent
+    if not parent.is_dir():
+        raise InputError(f"{field}: folder {str(p.parent)!r} does not exist; create it first or give another path.")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{field}: folder {str(p.parent)!r} is not writable; give a path you can write to.")
+    if p.exists() or p.is_symlink():
+        try:
+            mode = p.stat().st_mode
+        except OSError:
+            raise InputError(f"{field}: {str(path)!r} cannot be read (a broken link?); give another path.") from None
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{field}: {str(path)!r} is a folder; give a file name inside it.")
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{field}: {str(path)!r} is not a regular file; give an ordinary file path.")
+    for other in inputs:
+        if other and _same(p, Path(other)):
+            raise InputError(f"{field}: {str(path)!r} is an input of this run; write the output to another file.")
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise InputError(f"{field}: {str(path)!r} must end in {' or '.join(suffixes)}; rename it.")
+    return p
+
+
+def check_distinct(outputs: dict[str, Path | None]) -> None:
+    """Two outputs of one run must not be the same file."""
+    seen: dict[Path, str] = {}
+    for field, p in outputs.items():
+        if p is None:
+            continue
+        key = p.resolve()
+        if key in seen:
+            raise InputError(f"{field}: {str(p)!r} is also the {seen[key]} output; give each output its own file.")
+        seen[key] = field
+
+
+@contextlib.contextmanager
+def atomic(path: str | Path):
+    """Yield a temporary path beside `path` with the same suffix; rename it over `path` when the block succeeds."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic(path) as tmp:
+        tmp.write_text(text)
