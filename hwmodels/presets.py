@@ -120,7 +120,9 @@ __all__ = ["get_machine", "list_machines", "machine_sources", "gpu_presets", "li
 # Plausible ranges for a measured profile's values, by the field's unit suffix: a profile outside them is a broken
 # measurement or a typo, and would give garbage predictions with exit code 0.
 PROFILE_RANGES = {"_bytes_per_s": (1e6, 1e15), "_bytes_per_s_per_thread": (1e6, 1e15), "flops_per_s": (1e8, 1e19),
-                  "capacity_bytes": (2**28, 2**50), "vram_bytes": (2**28, 2**50), "_s": (0.0, 1.0)}
+                  "capacity_bytes": (2**28, 2**50), "vram_bytes": (2**28, 2**50), "_s": (0.0, 1.0),
+                  "year": (1990, 2100), "generation": (1, 7), "lanes": (1, 32), "cores": (1, 4096),
+                  "unpack_threads": (1, 4096), "queue_depth": (1, 65536), "copy_contention": (0.01, 100.0)}
 MAX_PROFILE_BYTES = 4 * 2**20
 
 

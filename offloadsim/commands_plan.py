@@ -129,7 +129,11 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     model = resolve_model(args)
     limits.check_request(model, machine, w, items=limits.MAX_ITEMS * 4 // combos)
     from planner.whatif import grid, parse_vary, plot as plot_whatif
-    vary = parse_vary(args.vary)
+    try:
+        vary = parse_vary(args.vary)
+    except InputError as exc:
+        msg = str(exc)
+        raise InputError(msg if msg.startswith("vary") else f"vary {msg}") from None
     data = grid(model, machine, w, vary, workers=workers, progress=not args.json)
     if plot_out:
         with atomic(plot_out) as tmp:

@@ -130,7 +130,7 @@ def validate_cmd(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(f"out: {args.out!r} is a file; give a folder for the report.")
-    check_output(str(out / "report.json"), "out", (args.plan, args.checkpoint))
+    check_output(str(out / "report.json") if out.is_dir() else str(out), "out", (args.plan, args.checkpoint))
     device = _device(args.device)
     store = Path(args.store) if args.store else ckpt / ".offloadsim-store"
     if store.exists() and not store.is_dir():

@@ -32,7 +32,7 @@ MAX_FIELD_DEFAULT = 1_048_576
 POSITIVE = {"num_hidden_layers", "hidden_size", "intermediate_size", "moe_intermediate_size", "ffn_dim", "vocab_size",
             "num_attention_heads", "num_key_value_heads", "num_local_experts", "num_experts", "n_routed_experts",
             "num_experts_per_tok", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "moe_layer_freq", "head_dim"}
-MAX_UNITS = 200_000  # units of one model (DeepSeek-V3 has 15k)
+MAX_UNITS = 50_000  # units of one model (DeepSeek-V3 has 15k)
 
 
 class _Cfg:

@@ -14,8 +14,9 @@ What this assumes about Linux (classic two-list LRU, CONFIG_LRU_GEN off, no swap
 Consequence, measured on the H200 test machine (kernel 6.18, no MGLRU, no swap; a 1.2 GiB file read 5 times in a
 1 GiB memory cgroup, by read() or by mmap per 16 MiB, with or without 0.3 GiB of active pages from another file):
 every pass read the whole file from storage and the kernel counted 0 activations. A cyclic scan larger than the
-cache keeps nothing unless its refault distance fits within the active list, which re-used pages (units read twice
-in a window, warm contents read again) build up; then refaults are activated and part of the scan stays.
+cache keeps nothing: refaults are activated only within the active list's size, and demotion keeps the scan's order,
+so each unit is evicted just before it is read again. What the two lists do keep is a set read twice (activated)
+while a scan passes through, which strict LRU would flush.
 
 `access(key, nbytes) -> bool` is True when the whole unit was resident; `read` returns the resident bytes found.
 """

@@ -73,13 +73,17 @@ class Plan(Spec):
             raise InputError(f"plan: version {data.get('version')!r} in {str(path)!r} is not supported; "
                              f"re-create it with this offloadsim (version {PLAN_VERSION}).")
         try:
-            return cls.model_validate(data)
+            plan = cls.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
             value = repr(err.get("input"))
             value = value if len(value) <= 60 else value[:57] + "..."
             raise InputError(f"plan: field {'.'.join(map(str, err['loc']))!r} = {value} in {str(path)!r}: "
                              f"{err['msg']}; fix the plan file.") from None
+        if not plan.feasible:
+            raise InputError(f"plan: field 'feasible' is false in {str(path)!r} ({plan.reason[:120]}); give a plan that "
+                             "fits its budgets.")
+        return plan
 
 
 class Workload(Spec):
