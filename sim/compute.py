@@ -40,42 +40,55 @@ def _interpolators(grid: ComputeGrid) -> tuple[RegularGridInterpolator, RegularG
     return make(grid.prefill_tokens, grid.prefill_s), make(grid.decode_context, grid.decode_s)
 
 
-def grid_time_s(grid: ComputeGrid, batch: int, new_tokens: int, context: int) -> float:
+def grid_time_s(grid: ComputeGrid, batch: int, new_tokens: int, context: int, scale=None) -> float:
     """Seconds for one unit: prefill(batch, new) with an empty cache, decode(batch, context) for one new token;
-    a chunk of several new tokens after a context adds the decode's context cost to the prefill of the chunk."""
+    a chunk of several new tokens after a context adds the decode's context cost to the prefill of the chunk.
+    Inside the grid: linear interpolation. Outside it the nearest measured point, scaled by `scale(b, s, k)` (the
+    roofline's time) in the ratio of the asked point to that nearest point; below the grid, the nearest point."""
     pre, dec = _interpolators(grid)
-    b = max(batch, grid.batch[0])
 
-    def at(f, cols, y):
-        return float(f([[b, max(y, cols[0])]])[0])
-    if context == 0:
-        t = at(pre, grid.prefill_tokens, new_tokens) if new_tokens > 1 else at(dec, grid.decode_context, 0)
-    elif new_tokens == 1:
-        t = at(dec, grid.decode_context, context)
-    else:
-        t = at(pre, grid.prefill_tokens, new_tokens) + new_tokens * max(
-            at(dec, grid.decode_context, context) - at(dec, grid.decode_context, 0), 0.0)
-    return max(t, min(min(r) for r in grid.decode_s) * 0.5)
+    def at(f, cols, b, y):
+        return float(f([[b, y]])[0])
+
+    def clamp(b, new, ctx):
+        return (min(max(b, grid.batch[0]), grid.batch[-1]),
+                min(max(new, grid.prefill_tokens[0]), grid.prefill_tokens[-1]) if new > 1 else 1,
+                min(max(ctx, grid.decode_context[0]), grid.decode_context[-1]) if ctx > 0 else 0)
+
+    def inside(b, new, ctx):
+        if ctx == 0 and new > 1:
+            return at(pre, grid.prefill_tokens, b, new)
+        if new == 1:
+            return at(dec, grid.decode_context, b, max(ctx, grid.decode_context[0]))
+        return at(pre, grid.prefill_tokens, b, new) + new * max(
+            at(dec, grid.decode_context, b, ctx) - at(dec, grid.decode_context, b, grid.decode_context[0]), 0.0)
+    cb, cn, cc = clamp(batch, new_tokens, context)
+    t = inside(cb, cn, cc)
+    if scale is not None and (batch > cb or new_tokens > cn or context > cc):
+        t *= scale(batch, new_tokens, context) / scale(cb, cn, cc)
+    return t
+
+
+def _roofline(unit: UnitShape, flops_per_s: float, bytes_per_s: float, overhead_s: float):
+    def f(b: int, s: int, k: int) -> float:
+        return roofline_s(unit.flops(b, s, k), unit.bytes_touched(b, s, k), flops_per_s, bytes_per_s, overhead_s)
+    return f
 
 
 def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
                   family: str = "") -> float:
-    grid = find_grid(machine, unit, family, "gpu") if machine.compute_grids else None
-    if grid is not None:
-        return grid_time_s(grid, batch, new_tokens, context)
     g = machine.gpu
-    return roofline_s(unit.flops(batch, new_tokens, context), unit.bytes_touched(batch, new_tokens, context),
-                      g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * g.kernel_overhead_s)
+    roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * g.kernel_overhead_s)
+    grid = find_grid(machine, unit, family, "gpu") if machine.compute_grids else None
+    return grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None else roof(batch, new_tokens, context)
 
 
 def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
                   family: str = "") -> float:
-    grid = find_grid(machine, unit, family, "cpu") if machine.compute_grids else None
-    if grid is not None:
-        return grid_time_s(grid, batch, new_tokens, context)
     c = machine.cpu
-    return roofline_s(unit.flops(batch, new_tokens, context), unit.bytes_touched(batch, new_tokens, context),
-                      c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
+    roof = _roofline(unit, c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
+    grid = find_grid(machine, unit, family, "cpu") if machine.compute_grids else None
+    return grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None else roof(batch, new_tokens, context)
 
 
 def compute_sources(units, machine: MachineSpec, family: str) -> dict[str, str]:

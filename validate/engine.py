@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,9 @@ from sim.shapes import ModelShape
 from validate import model as M
 from validate.recording import Clock, to_events
 from validate.store import decompress_into, drop_cache, file_meta, read_bytes, read_into, views
+
+SWITCH_INTERVAL_S = 2e-4
+
 
 @dataclass
 class RunResult:
@@ -117,6 +121,17 @@ class Engine:
 
     # -- the run -------------------------------------------------------------------------------------------------
     def run(self, w: Workload, prompt: torch.Tensor | None = None, cold: bool = False) -> RunResult:
+        """Run the plan; the interpreter's thread switch interval is shortened meanwhile, because the default 5 ms
+        lets one stage thread hold the GIL while another has its item ready (measured: 40 ms -> 5 ms per token on
+        a 4-layer model streamed from pinned RAM)."""
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        try:
+            return self._run(w, prompt, cold)
+        finally:
+            sys.setswitchinterval(old)
+
+    def _run(self, w: Workload, prompt: torch.Tensor | None, cold: bool) -> RunResult:
         sch = build_schedule(self.shape, self.machine, self.plan, w, Budgets.unlimited())
         n = len(sch)
         units, steps = sch.unit.tolist(), sch.step.tolist()

@@ -1,0 +1,213 @@
+"""The validation matrix (issue 9): predicted against measured across architectures, sizes, batches, prompt lengths,
+every tier, cold and warm, CPU compute, small pinned budgets and the planner at four VRAM budgets.
+
+For each architecture it does what a user does with the CLI (`make-checkpoint` -> `calibrate --model` -> `plan` ->
+`validate`), in one process through the same functions so the GPU time fits: a random-weight checkpoint of the real
+layer shapes (fewer layers), the layer store (raw + compressed), a full calibration for that architecture, then every
+plan run on the engine and simulated with the calibrated profile. GPU-computed plans are checked bit for bit against
+the all-resident run of the same workload; the resident run against Hugging Face transformers' own forward.
+Run (H200): python benchmarks/h200_matrix.py --archs llama-8b,qwen3-4b --out $OUT/matrix-a.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+GiB = 2**30
+# Real shapes of four public models (hidden, MLP, heads, KV heads, head dim, vocab), fewer layers.
+ARCHS = {
+    "llama-8b": ("llama-3.1-8b", dict(num_hidden_layers=6)),
+    "llama-1b": ("llama-3.1-8b", dict(num_hidden_layers=8, hidden_size=2048, intermediate_size=8192,
+                                      num_attention_heads=32, num_key_value_heads=8, head_dim=64)),
+    "qwen3-14b": ("qwen3-14b", dict(num_hidden_layers=6)),
+    "qwen3-4b": ("qwen3-14b", dict(num_hidden_layers=8, hidden_size=2560, intermediate_size=9728,
+                                   num_attention_heads=32, num_key_value_heads=8, head_dim=128)),
+}
+T0 = time.perf_counter()
+
+
+def log(*a):
+    print(f"[{time.perf_counter() - T0:6.0f}s]", *a, flush=True)
+
+
+def cases(shape, machine, budgets_of, codec):
+    """(label, plan, budgets, cold, batch, prompt): the matrix rows for one architecture."""
+    from planner import plan_with_report
+    from sim.memory import min_vram_bytes
+    from sim.plan import Workload
+    from sim.policies import POLICIES, make_plan
+    names = [u.name for u in shape.units]
+    dec = [u.name for u in shape.units if u.kind == "decoder"]
+    ends = [n for n in names if n not in dec]
+    total = sum(u.nbytes for u in shape.units)
+
+    def stream(tiers, label, cpu=False, pinned=None, **kw):
+        t = {n: "vram" for n in ends}
+        t.update(tiers)
+        return make_plan(shape, machine, label, t, {n: "cpu" for n in dec} if cpu else None,
+                         prefetch_depth=2, vram_slots=3, pinned_slots=3, codec=codec, **kw)
+
+    half = len(dec) // 2
+    big = budgets_of()
+    out = [
+        ("resident", POLICIES["resident"](shape, machine, Workload(), big), big, False, 16, 2048),
+        ("stream pinned RAM", stream({n: "ram_pinned" for n in dec}, "stream-pinned"), big, False, 4, 512),
+        ("stream pageable RAM", stream({n: "ram_pageable" for n in dec}, "stream-pageable"), big, False, 1, 2048),
+        ("stream compressed RAM", stream({n: "ram_compressed" for n in dec}, "stream-compressed"), big, False, 16, 32),
+        ("stream disk raw cold", stream({n: "disk_raw" for n in dec}, "stream-disk"), big, True, 1, 512),
+        ("stream disk raw warm", stream({n: "disk_raw" for n in dec}, "stream-disk"), big, False, 4, 32),
+        ("stream disk compressed cold", stream({n: "disk_compressed" for n in dec}, "stream-disk-zst"), big, True, 4, 2048),
+        ("pinned budget < streamed set", stream({n: "ram_pinned" if k < half else "ram_pageable" for k, n in enumerate(dec)},
+                                                "pinned-half"), big, False, 16, 512),
+    ]
+    w1 = Workload(batch=1, prompt_tokens=32, new_tokens=4)
+    b_small = budgets_of(vram=min_vram_bytes(shape, w1) + int(0.4 * total))
+    out.append(("llamacpp-like CPU compute", POLICIES["llamacpp"](shape, machine, w1, b_small), b_small, False, 1, 32))
+    out.append(("CPU decoders, resident ends", stream({n: "ram_pageable" for n in dec}, "cpu-decoders", cpu=True), big,
+                False, 4, 32))
+    for frac, (b, p) in zip((0.0, 0.35, 0.6, 0.85), ((1, 512), (4, 32), (16, 2048), (1, 2048))):
+        w = Workload(batch=b, prompt_tokens=p, new_tokens=4)
+        vram = max(min_vram_bytes(shape, w) + 3 * max(u.nbytes for u in shape.units), int(frac * total))
+        bud = budgets_of(vram=vram)
+        rep = plan_with_report(shape, machine, w, bud, confirm=False, allow_cpu=False)
+        out.append((f"planner {vram / GiB:.2f}GiB", rep.plan, bud, False, b, p))
+    return out
+
+
+def hf_check(ckpt: Path, engine_run, w) -> dict:
+    """Hugging Face transformers' greedy generation on the same checkpoint and prompt against the engine's."""
+    from transformers import AutoModelForCausalLM
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).to(dev)
+    prompt = torch.randint(0, model.config.vocab_size, (w.batch, w.prompt_tokens),
+                           generator=torch.Generator().manual_seed(w.seed)).to(dev)
+    out = model.generate(prompt, max_new_tokens=w.new_tokens, min_new_tokens=w.new_tokens, do_sample=False,
+                         output_logits=True, return_dict_in_generate=True)
+    toks = out.sequences[:, w.prompt_tokens:].cpu()
+    diff = max(float((a.float().cpu() - b).abs().max()) for a, b in zip(out.logits, engine_run.logits))
+    del model
+    return {"tokens_identical": bool(torch.equal(toks, engine_run.tokens)), "max_abs_logit_diff": diff}
+
+
+TINY = dict(num_hidden_layers=4, hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=64, vocab_size=1024)
+
+
+def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tokens: int, tiny: bool) -> None:
+    from hwmodels.presets import load_machine
+    from sim.equations import machine_codec
+    from sim.models import load_model
+    from sim.plan import Budgets, Workload
+    from sim.policies import POLICIES
+    from validate.calibrate import calibrate
+    from validate.checkpoint import make_checkpoint, make_config
+    from validate.engine import Engine
+    from validate.report import exactness, validate_plan
+    from validate.store import build_store
+
+    preset, over = ARCHS[arch]
+    cfg = make_config(preset, **(TINY if tiny else over))
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg.pop("rope_scaling", None)
+    ckpt, store = work / arch / "ckpt", work / arch / "store"
+    t = time.perf_counter()
+    make_checkpoint(cfg, ckpt, device=dev)
+    shape = load_model(str(ckpt))
+    config = json.loads((ckpt / "config.json").read_text())
+    build_store(ckpt, shape, store, compress=True, threads=16)
+    log(arch, "checkpoint + store", f"{time.perf_counter() - t:.0f}s")
+    t = time.perf_counter()
+    prof = calibrate("h200-testbox", work / arch, config, quick=tiny)
+    prof_path = work / arch / "profile.json"
+    prof_path.write_text(json.dumps(prof, default=float))
+    entry = {"arch": arch, "config": {k: config.get(k) for k in ("model_type", "hidden_size", "intermediate_size",
+                                                                  "num_attention_heads", "num_key_value_heads",
+                                                                  "head_dim", "vocab_size", "num_hidden_layers")},
+             "calibrate_s": time.perf_counter() - t, "profile": prof, "runs": []}
+    result["archs"].append(entry)
+    save()
+    log(arch, "calibrated", f"{entry['calibrate_s']:.0f}s")
+    machine = load_machine(str(prof_path))
+    codec = machine_codec(machine, ratio=prof["calibration"]["measurements"]["codec"]["ratio"])
+    resident = Engine(store, config, shape, POLICIES["resident"](shape, machine, Workload(), Budgets.of(machine)), machine)
+    refs: dict = {}
+
+    def reference(b, p):
+        if (b, p) not in refs:
+            refs[(b, p)] = resident.run(Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens))
+        return refs[(b, p)]
+    reference(1, 32)
+    w = Workload(batch=1, prompt_tokens=32, new_tokens=new_tokens)
+    try:
+        entry["transformers"] = hf_check(ckpt, reference(1, 32), w)
+    except Exception as exc:
+        entry["transformers"] = {"error": f"{type(exc).__name__}: {exc}"}
+    again = resident.run(Workload(batch=4, prompt_tokens=512, new_tokens=new_tokens))
+    entry["resident_repeat"] = exactness(reference(4, 512), again)
+    log(arch, "transformers", entry["transformers"], "repeat", entry["resident_repeat"])
+    for label, plan, budgets, cold, b, p in cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec):
+        if time.perf_counter() > deadline:
+            entry["runs"].append({"label": label, "skipped": "deadline"})
+            continue
+        t = time.perf_counter()
+        w = Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens)
+        try:
+            ref = reference(b, p)
+            engine = Engine(store, config, shape, plan, machine, cold=cold)
+            rep, run, _ = validate_plan(engine, shape, machine, plan, w, budgets, cold, ref)
+            rep.update(label=label, batch=b, prompt=p, gpu_only=all(x.compute == "gpu" for x in plan.placements),
+                       tiers=sorted({x.tier for x in plan.placements}), seconds=time.perf_counter() - t)
+            entry["runs"].append(rep)
+            log(f"{arch} {label} b{b} p{p}: tpot {rep['predicted']['time_per_token_s']:.4f}/"
+                f"{rep['measured']['time_per_token_s']:.4f} ({rep['error_pct']['time_per_token']:+.1f}%) ttft "
+                f"{rep['error_pct']['ttft']:+.1f}% load {rep['load']['error_pct']:+.1f}% exact "
+                f"{rep['exactness']['logits_bit_identical']} [{time.perf_counter() - t:.0f}s]")
+            del engine, run
+        except Exception as exc:
+            entry["runs"].append({"label": label, "error": f"{type(exc).__name__}: {exc}",
+                                  "trace": traceback.format_exc()[-1500:]})
+            log(arch, label, "FAILED", exc)
+        torch.cuda.empty_cache()
+        save()
+    del resident, refs
+    torch.cuda.empty_cache()
+    shutil.rmtree(work / arch, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--archs", default="llama-8b,qwen3-4b")
+    ap.add_argument("--work", default="/tmp/offloadsim-matrix")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget-s", type=float, default=540, help="stop starting runs after this many seconds")
+    ap.add_argument("--new-tokens", type=int, default=5)
+    ap.add_argument("--tiny", action="store_true", help="small shapes on whatever device there is (a smoke test)")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "archs": [],
+              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(__import__("sys").argv)}
+
+    def save():
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1, default=float))
+        tmp.replace(out)
+    deadline = T0 + a.budget_s
+    for arch in a.archs.split(","):
+        try:
+            run_arch(arch, Path(a.work), result, save, deadline, a.new_tokens, a.tiny)
+        except Exception as exc:
+            result["archs"].append({"arch": arch, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
+            log(arch, "FAILED", exc)
+        save()
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
