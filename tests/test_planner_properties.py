@@ -1,0 +1,124 @@
+"""Planner invariants: same inputs give the same plan; the fast evaluator equals fast_simulate; the lower bound is
+below the brute-force optimum; the plan is never worse than a seed or a peer; a larger budget is never slower on
+instances searched exhaustively; budgets above the hardware are refused; HiGHS prints nothing."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hwmodels import get_machine
+from hwmodels.units import InputError
+from planner import plan, plan_with_report
+from planner.bound import lower_bound
+from planner.evaluator import Evaluator
+from planner.milp import quiet_stdout
+from planner.options import OPTIONS
+from sim.models import load_model
+from sim.plan import Budgets, Workload
+from sim.simulate import fast_simulate
+from tests.conftest import TOY as SMALL_TOY
+from tests.toys import toy_model
+
+TOY = SMALL_TOY.model_copy(update={"gpu": SMALL_TOY.gpu.model_copy(update={"vram_bytes": 10**6}),
+                                   "host_memory": SMALL_TOY.host_memory.model_copy(update={"capacity_bytes": 10**6})})
+RAW = [j for j, (t, _) in enumerate(OPTIONS) if not t.endswith("compressed")]
+SETTINGS = [(d, v, p, off) for d, v, p in ((1, 2, 2), (0, 1, 1), (2, 3, 3)) for off in (None, 1, 2)]
+
+
+def test_same_inputs_give_the_same_plan():
+    m, q = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
+    w, b = Workload(new_tokens=4), Budgets.of(m, vram=4 * 2**30)
+    assert plan(q, m, w, b) == plan(q, m, w, b)
+
+
+@pytest.mark.parametrize("name, machine, w", [
+    ("qwen3-14b", "t4-cloud", Workload(batch=4, new_tokens=4)),
+    ("mixtral-8x7b", "desktop-4090", Workload(new_tokens=3, expert_skew=1.0, warm=True))])
+def test_evaluator_equals_fast_simulate(name, machine, w):
+    m, q = get_machine(machine), load_model(name)
+    ev = Evaluator(q, m, w, Budgets.unlimited(), None)
+    rng = np.random.default_rng(3)
+    for off in (None, 32, 1):
+        a = rng.choice(RAW, size=len(q.units))
+        got = ev.summary(a, (1, 3, 2, off))
+        ref = fast_simulate(q, m, ev.plan(a, (1, 3, 2, off)), w, Budgets.unlimited())
+        for key in ("total_s", "ttft_s", "page_cache_hits", "peak_vram_bytes", "peak_pinned_bytes"):
+            assert got[key] == pytest.approx(ref[key], rel=1e-12), key
+
+
+def brute_force_total(model, w, budgets) -> float:
+    """The least simulated total over every raw option per unit and the loader settings (with offload thresholds)."""
+    ev = Evaluator(model, TOY, w, budgets, None)
+    best = float("inf")
+    for combo in itertools.product(RAW, repeat=len(model.units)):
+        for s in SETTINGS:
+            t = ev.times(np.array(combo), s)
+            if t is not None:
+                best = min(best, t[2])
+    return best
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=3), st.integers(0, 60), st.integers(0, 120),
+       st.integers(1, 4), st.integers(1, 3), st.integers(1, 3))
+def test_lower_bound_never_above_brute_force_optimum(sizes, vram, ram, prompt, tokens, batch):
+    model = toy_model(tuple(sizes))
+    w = Workload(batch=batch, prompt_tokens=prompt, new_tokens=tokens)
+    b = Budgets(vram_bytes=max(sizes) + vram, ram_bytes=ram, pinned_bytes=ram // 2)
+    optimum = brute_force_total(model, w, b)
+    ev = Evaluator(model, TOY, w, b, None)
+    bound = lower_bound(ev, [OPTIONS[j] for j in RAW])
+    if optimum < float("inf"):
+        assert bound <= optimum * (1 + 1e-9)
+
+
+def test_lower_bound_holds_with_cpu_layers_offloaded_for_the_prefill():
+    """Repro of the old bound: a 512-token prefill of CPU-placed layers charged at CPU speed."""
+    m, q = get_machine("t4-cloud"), load_model("qwen3-14b")
+    w = Workload(batch=4, prompt_tokens=512, new_tokens=8)
+    rep = plan_with_report(q, m, w, Budgets.of(m, vram=16_000_000_000, ram=203_705_032_704))
+    assert rep.lower_bound_s <= rep.summary["total_s"] * (1 + 1e-9)
+    assert rep.converged
+
+
+@pytest.mark.parametrize("name, machine, vram_gib", [("mixtral-8x7b", "h200-testbox", 70.2),
+                                                     ("llama-3.1-8b", "rtx3080-laptop", 3.7)])
+def test_plan_never_worse_than_any_seed_or_peer(name, machine, vram_gib):
+    m, q = get_machine(machine), load_model(name)
+    rep = plan_with_report(q, m, Workload(new_tokens=4), Budgets.of(m, vram=int(vram_gib * 2**30)))
+    chosen = rep.summary["time_per_token_s"]
+    assert rep.seeds and min(rep.seeds.values()) >= chosen * (1 - 1e-6)
+    for v in rep.baselines.values():
+        if "time_per_token_s" in v:
+            assert chosen <= v["time_per_token_s"] * (1 + 1e-9)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=3), st.integers(0, 40), st.integers(0, 80),
+       st.sampled_from(["vram", "ram", "pinned"]), st.integers(1, 40))
+def test_larger_budget_never_slower_when_searched_exhaustively(sizes, vram, ram, which, more):
+    model, w = toy_model(tuple(sizes)), Workload(prompt_tokens=2, new_tokens=3)
+    small = Budgets(vram_bytes=max(sizes) + vram, ram_bytes=ram + 40, pinned_bytes=ram // 2)
+    big = small.model_copy(update={f"{which}_bytes": getattr(small, f"{which}_bytes") + more})
+    a = plan_with_report(model, TOY, w, small, tiers=("vram", "ram_pinned", "ram_pageable", "disk_raw"))
+    b = plan_with_report(model, TOY, w, big, tiers=("vram", "ram_pinned", "ram_pageable", "disk_raw"))
+    if a.plan.feasible:
+        assert b.plan.feasible
+        assert b.summary["time_per_token_s"] <= a.summary["time_per_token_s"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("field, kw", [("vram", dict(vram=40 * 2**30)), ("ram", dict(ram=2**40)),
+                                       ("pinned", dict(pinned=2**40))])
+def test_budgets_above_the_hardware_are_refused(field, kw):
+    m, q = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
+    with pytest.raises(InputError, match=rf"^{field}: budget .* exceeds the rtx3080-laptop machine's .*; "):
+        plan(q, m, Workload(), Budgets.of(m, **kw))
+
+
+def test_solver_prints_nothing_on_stdout(capfd):
+    m, q = get_machine("desktop-4090"), load_model("qwen3-14b")
+    with quiet_stdout():
+        print("hidden", flush=True)
+    plan(q, m, Workload(new_tokens=2), Budgets.of(m, vram=8 * 2**30))
+    assert capfd.readouterr().out == ""
