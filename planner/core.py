@@ -96,10 +96,11 @@ def _objective(s: dict, objective: str) -> float:
 def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload, budgets: Budgets, *,
                      codec: Codec | None = None, tiers: tuple[str, ...] | None = None, allow_cpu: bool = True,
                      time_budget_s: float | None = None, confirm: bool = True, objective: str = "token",
-                     max_evals: int = 20_000) -> PlanReport:
+                     max_evals: int | None = None) -> PlanReport:
     """Plan and report: the chosen plan, its SimPy summary, the lower bound, and every baseline's times.
-    `time_budget_s` is only the safety net of the search (default 300 s); raises InputError for budgets above the
-    machine's hardware."""
+    `time_budget_s` is only the safety net of the search (default 300 s); `max_evals` caps the plans scored
+    (default: 20,000, fewer for long schedules; deterministic, reported when reached). Raises InputError for
+    budgets above the machine's hardware."""
     check_budgets(machine, budgets)
     warm_up()
     t0 = time.perf_counter()
@@ -114,6 +115,8 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
     use = usage(model, machine, search_w, ev=ev)
     costs = option_costs(model, machine, search_w, use, codec, True)
     gs, ordered = coarse_groups(costs, use, model)
+    if max_evals is None:  # a deterministic cap: about as many item-evaluations for every model
+        max_evals = min(20_000, max(100, 5_000_000 // len(ev.unit)))
     search = Search(ev, gs, opt_idx, objective, max_evals, SAFETY_S if time_budget_s is None else time_budget_s,
                     ordered)
 

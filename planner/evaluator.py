@@ -47,7 +47,8 @@ class Evaluator:
         self.nb = np.array([u.nbytes for u in model.units], dtype=float)
         self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)
         self.is_expert = np.array([u.expert is not None for u in model.units])
-        self.fixed_vram = kv_cache_bytes(model, w) + activation_bytes(model, w)
+        self.kv_bytes, self.act_bytes = kv_cache_bytes(model, w), activation_bytes(model, w)
+        self.fixed_vram = self.kv_bytes + self.act_bytes
         self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
         self.rows = {off: self._rows(off) for off in (False, True)}
         self.evaluations = 0
@@ -88,8 +89,8 @@ class Evaluator:
         ram_w = int(nb[tier == "ram_pageable"].sum()) + int((nb[tier == "ram_compressed"] * ratio).sum())
         pinned_w = int(nb[tier == "ram_pinned"].sum())
         m = MemoryUse(resident_vram_bytes=int(nb[tier == "vram"].sum()),
-                      staging_vram_bytes=s[1] * slot if streamed.any() else 0, kv_bytes=kv_cache_bytes(self.model, self.w),
-                      activation_bytes=activation_bytes(self.model, self.w), pinned_weights_bytes=pinned_w,
+                      staging_vram_bytes=s[1] * slot if streamed.any() else 0, kv_bytes=self.kv_bytes,
+                      activation_bytes=self.act_bytes, pinned_weights_bytes=pinned_w,
                       pinned_staging_bytes=s[2] * pin_slot, ram_weights_bytes=ram_w,
                       page_cache_bytes=max(b.ram_bytes - ram_w - pinned_w - s[2] * pin_slot, 0), slot_bytes=slot)
         if m.vram_bytes > b.vram_bytes or m.pinned_bytes > b.pinned_bytes or ram_w + m.pinned_bytes > b.ram_bytes:

@@ -81,15 +81,15 @@ class Search:
         return best, best_t
 
     def moves(self, assign: np.ndarray) -> list[tuple[np.ndarray, int]]:
-        """(units, option): move k of a group's units that share an option to another option, k in {1, a quarter,
-        half, all}, evenly spread; in groups ordered by use also the k most and the k least used."""
+        """(units, option): move k of a group's units that share an option to another option, k in {1 (or 1/64 of
+        a large group), a quarter, half, all}, evenly spread; in groups ordered by use also the k most and the k least used."""
         out = []
         for g, ordered in zip(self.groups, self.ordered):
             for a in sorted(set(assign[g].tolist())):
                 members = g[assign[g] == a]
                 m = len(members)
                 picks, seen = [], set()
-                for k in sorted({1, -(-m // 4), -(-m // 2), m}):
+                for k in sorted({max(1, m // 64), -(-m // 4), -(-m // 2), m}):
                     ends = (members[:k], members[m - k:]) if ordered else ()
                     for pick in (members[np.linspace(0, m - 1, k).round().astype(int)], *ends):
                         key = tuple(pick.tolist())
@@ -127,7 +127,7 @@ class Search:
 
     def run(self, starts: list[tuple[np.ndarray, Settings, float]], kicks: int = KICKS, n_starts: int = 3) -> Outcome:
         """Descend from the best `n_starts` distinct starts, then `kicks` seeded kicks of the best (2-4 units to random
-        options, then descend). Returns the best plan seen; converged unless a safety net fired."""
+        options, and as many times more per 512 units, then descend). Returns the best plan seen; converged unless a safety net fired."""
         order = sorted(range(len(starts)), key=lambda i: (starts[i][2], i))
         distinct, seen = [], set()
         for i in order:
@@ -146,7 +146,7 @@ class Search:
             if self.stopped:
                 break
             a = best[0].copy()
-            for i in rng.choice(n, size=min(n, int(rng.integers(2, 5))), replace=False):
+            for i in rng.choice(n, size=min(n, int(rng.integers(2, 5)) * max(1, n // 512)), replace=False):
                 a[i] = self.options[int(rng.integers(len(self.options)))]
             s, t = self.best_settings(a)
             if s is None:
