@@ -74,6 +74,10 @@ def _init(model, machine, w) -> None:
 def _one(combo: dict) -> dict:
     model, machine, w = _CTX["model"], _CTX["machine"], _CTX["w"]
     m, budget = variant(machine, combo)
+    if budget.get("vram", 0) > m.gpu.vram_bytes:  # more VRAM needs a larger GPU: vary gpu= for it
+        return {"combo": combo, "feasible": False,
+                "reason": f"vram={combo['vram']} exceeds the {m.gpu.name}'s {m.gpu.vram_bytes / 2**30:.2f} GiB; "
+                          "vary gpu= to get more VRAM"}
     b = Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))
     plan, s = quick_plan(model, m, w, b)
     if plan is None:
