@@ -24,20 +24,23 @@ size = layers[0].nbytes
 rows = []
 for k in range(0, len(layers) + 1, 8):
     vram = k * size + 3 * size + kv_cache_bytes(model, w) + activation_bytes(model, w) + model.units[-1].nbytes
-    b = Budgets.of(machine, vram=vram)
+    # beyond the 4090's VRAM the points are hypothetical: the same machine with a GPU just large enough
+    m = machine if vram <= machine.gpu.vram_bytes else \
+        machine.model_copy(update={"gpu": machine.gpu.model_copy(update={"vram_bytes": vram})})
+    b = Budgets.of(m, vram=vram)
     gpu = {u.name for u in layers[len(layers) - k:]} | {"lm_head"}
-    stream = make_plan(model, machine, "stream", {u.name: "vram" if u.name in gpu else "ram_pinned" for u in model.units},
+    stream = make_plan(model, m, "stream", {u.name: "vram" if u.name in gpu else "ram_pinned" for u in model.units},
                        {model.units[0].name: "cpu"}, prefetch_depth=2, vram_slots=3, pinned_slots=0)
-    cpu = make_plan(model, machine, "cpu", {u.name: "vram" if u.name in gpu else "ram_pinned" for u in model.units},
+    cpu = make_plan(model, m, "cpu", {u.name: "vram" if u.name in gpu else "ram_pinned" for u in model.units},
                     {u.name: "cpu" for u in model.units if u.name not in gpu}, prefetch_depth=0, vram_slots=1, pinned_slots=0)
     row = {"gpu_layers": k, "fraction": k / len(layers), "vram_bytes": vram}
     for name, plan in (("stream", stream), ("cpu", cpu)):
         try:
-            row[name] = fast_simulate(model, machine, fit_slots(model, plan, w, b, 3), w, b)["time_per_token_s"]
+            row[name] = fast_simulate(model, m, fit_slots(model, plan, w, b, 3), w, b)["time_per_token_s"]
         except PlanError:
             row[name] = None
-    rep = plan_with_report(model, machine, w, b, confirm=False, time_budget_s=1.0)
-    row["planner"] = fast_simulate(model, machine, rep.plan, w, b)["time_per_token_s"] if rep.plan.feasible else None
+    rep = plan_with_report(model, m, w, b, confirm=False, time_budget_s=1.0)
+    row["planner"] = fast_simulate(model, m, rep.plan, w, b)["time_per_token_s"] if rep.plan.feasible else None
     rows.append(row)
     print(f"{k:3d} GPU layers: stream {row['stream']:.3f}  cpu {row['cpu']:.3f}  planner {row['planner']:.3f} s/token")
 

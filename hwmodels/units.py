@@ -47,6 +47,8 @@ def _magnitude(text, field: str, what: str, example: str, shown=None) -> tuple[f
         raise InputError(f"{field}: cannot read {shown!r} as a {what}; write it like {example!r}.")
     scale = 1024 ** " kmgtpe".index(prefix.lower()) if binary else _PREFIX[(prefix or "").lower()]
     value = _finite(float(num) * scale, shown, field, what, example)
+    if re.search(r"[1-9]", num.lower().split("e")[0]) and value < 1:
+        raise InputError(f"{field}: {shown!r} is less than one byte; give zero or a real {what}, like {example!r}.")
     return value, bool(unit) and (unit == "b" or unit.startswith("bit"))
 
 

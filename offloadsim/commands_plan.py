@@ -102,7 +102,8 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     check_count(args.points, "points", 2, 32, "budgets per sweep")
     machine = load_machine(args.machine)
     w = resolve_workload(args)
-    ram = resolve_budgets(args, machine).ram_bytes if args.ram else None
+    budgets = resolve_budgets(args, machine)  # every budget checked, though the sweep varies VRAM itself
+    ram = budgets.ram_bytes if args.ram is not None else None
     model = resolve_model(args)
     limits.check_request(model, machine, w, items=limits.MAX_ITEMS // args.points)
     from planner.pareto import plot, sweep

@@ -142,8 +142,8 @@ def validate_cmd(args: argparse.Namespace) -> int:
         raise InputError(f"checkpoint: {args.checkpoint!r} holds {shape.total_bytes / GiB:.1f} GiB of weights, more "
                          "than half this machine's RAM; validate a smaller checkpoint (offloadsim make-checkpoint --layers 2).")
     w = _validate_workload(args, shape, machine)
-    budgets = Budgets.of(machine, vram=parse_bytes(args.vram, "vram") if args.vram else None,
-                         ram=parse_bytes(args.ram, "ram") if args.ram else None)
+    budgets = Budgets.of(machine, vram=parse_bytes(args.vram, "vram") if args.vram is not None else None,
+                         ram=parse_bytes(args.ram, "ram") if args.ram is not None else None)
     if Path(args.plan).exists():
         plan = Plan.load(args.plan)
     elif args.plan in POLICIES:

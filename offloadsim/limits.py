@@ -71,9 +71,9 @@ def budgets(args, machine: MachineSpec) -> Budgets:
     """--vram, --ram, --pinned parsed and refused above the machine's hardware."""
     from hwmodels.units import parse_bytes
 
-    vram = parse_bytes(args.vram, "vram") if getattr(args, "vram", None) else None
-    ram = parse_bytes(args.ram, "ram") if getattr(args, "ram", None) else None
-    pinned = parse_bytes(args.pinned, "pinned") if getattr(args, "pinned", None) else None
+    vram = parse_bytes(args.vram, "vram") if getattr(args, "vram", None) is not None else None
+    ram = parse_bytes(args.ram, "ram") if getattr(args, "ram", None) is not None else None
+    pinned = parse_bytes(args.pinned, "pinned") if getattr(args, "pinned", None) is not None else None
     gpu, host = machine.gpu.vram_bytes, machine.host_memory.capacity_bytes
     if vram is not None and vram > gpu:
         raise InputError(f"vram: {args.vram!r} is more than the {gpu / GiB:.1f} GiB the GPU of {machine.name} has; "
