@@ -20,6 +20,7 @@ class UnitSignature(_Spec):
     """What makes two units compute alike: family (norms, launch pattern), kind and the shapes that set the work."""
     family: str = Field(description="config.json model_type, e.g. 'llama' or 'qwen3'.")
     kind: str = Field(description="Unit kind: embedding, decoder, lm_head, ...")
+    nbytes: int = Field(ge=0, description="Stored bytes (the weight format: a bf16 grid says nothing of int4).")
     flop_params: int = Field(ge=0, description="Parameters multiplied per token.")
     attn_flops_per_ctx_token: int = Field(ge=0, description="Attention FLOPs per query per context token.")
     hidden: int = Field(ge=0, description="Hidden size.")

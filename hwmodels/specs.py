@@ -37,6 +37,8 @@ class HostMemorySpec(Spec):
     capacity_bytes: PositiveInt = Field(description="Installed RAM.")
     bandwidth_bytes_per_s: PositiveFloat = Field(description="Achievable RAM bandwidth for streaming reads (all cores).")
     memcpy_bytes_per_s: PositiveFloat = Field(description="Single-thread memcpy speed (e.g. pageable -> pinned).")
+    first_touch_bytes_per_s: PositiveFloat = Field(default=4e9, description="Speed of filling freshly allocated "
+                                                   "memory (page faults); default [E] ~1 page per us per core.")
     pin_bytes_per_s: PositiveFloat = Field(default=1.44e9, description="Speed of allocating page-locked (pinned) host "
                                            "memory; default measured on the H200 host (h200-stream-probe.json).")
 

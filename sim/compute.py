@@ -18,7 +18,7 @@ from sim.shapes import UnitShape
 
 
 def signature(unit: UnitShape, family: str) -> UnitSignature:
-    return UnitSignature(family=family, kind=unit.kind, flop_params=unit.flop_params,
+    return UnitSignature(family=family, kind=unit.kind, nbytes=unit.nbytes, flop_params=unit.flop_params,
                          attn_flops_per_ctx_token=unit.attn_flops_per_ctx_token, hidden=unit.hidden)
 
 

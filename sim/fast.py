@@ -34,7 +34,8 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
     load = sch.load
     read_b, unpack_s, copy_s, comp_s, gate, unit = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s, sch.gate, sch.unit
     lat, cold, warm = sch.read_latency_s, sch.cold_bytes_per_s, sch.cache_bytes_per_s
-    d, no_overlap = prefetch_depth, not overlap_copy
+    d = prefetch_depth
+    blocking = sch.blocking if overlap_copy else (sch.load == GPU_LOAD)
     # which earlier item frees what this one waits for: the prefetch window, a pinned slot, a VRAM slot
     lo = load
     loads = np.flatnonzero(lo)
@@ -58,11 +59,11 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
     for i, u, b in zip(reads.tolist(), unit[reads].tolist(), read_b[reads].tolist()):
         hit[i] = cache.access(u, b)
     c_start, c_end, ready = _recurrence(load, host, read_b, hit, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src,
-                                        d, no_overlap, lat, cold, warm)
+                                        d, blocking, lat, cold, warm)
     return FastResult(c_start, c_end, ready, cache.hits, cache.misses)
 
 
-def _recurrence_py(load, host, read_b, hit, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src, d, no_overlap,
+def _recurrence_py(load, host, read_b, hit, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src, d, blocking,
                    lat, cold, warm):
     """The pipeline as a max-plus recurrence, item by item (compiled by numba when it is installed)."""
     n = len(load)
@@ -105,7 +106,7 @@ def _recurrence_py(load, host, read_b, hit, unpack_s, copy_s, comp_s, gate, pf, 
             if copier_free > t:              # the copier takes every load in order
                 t = copier_free
             if kind == GPU_LOAD:
-                if no_overlap and prev_end > t:
+                if blocking[i] and prev_end > t:
                     t = prev_end
                 j = vram_src[i]
                 if j >= 0 and c_end[j] > t:  # a VRAM slot frees when its holder's compute ends
@@ -132,4 +133,4 @@ except ImportError:  # pragma: no cover - numba is a dependency; the plain loop 
 def warm_up() -> None:
     """Compile (or load from numba's cache) the recurrence now, so a caller's time budget is spent on work."""
     i, b, f = np.zeros(1, np.int64), np.zeros(1, np.bool_), np.zeros(1)
-    _recurrence(i, b, f, b, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, False, 0.0, 1.0, 1.0)
+    _recurrence(i, b, f, b, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0)

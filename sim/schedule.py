@@ -20,7 +20,7 @@ from sim.shapes import ModelShape
 GPU_LOAD, CPU_READ = 1, 2
 COLUMNS = {"unit": np.int64, "step": np.int64, "on_cpu": np.bool_, "load": np.int64, "read_bytes": np.float64,
            "unpack_s": np.float64, "copy_s": np.float64, "copy_bytes": np.float64, "compute_s": np.float64,
-           "pinned_slot": np.bool_, "gate": np.int64}
+           "pinned_slot": np.bool_, "blocking": np.bool_, "gate": np.int64}
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Schedule:
     copy_bytes: list[float] = field(default_factory=list)
     compute_s: list[float] = field(default_factory=list)
     pinned_slot: list[bool] = field(default_factory=list)
+    blocking: list[bool] = field(default_factory=list)   # the copy waits for the previous item's compute to end
     gate: list[int] = field(default_factory=list)        # item whose compute end gates this load (router), or -1
     n_steps: int = 0
     read_latency_s: float = 0.0
@@ -85,8 +86,10 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         return cache[key]
 
     def row(ui: int, offload: bool) -> tuple:
-        """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot).
-        A CPU-placed unit computed on the GPU for a large step (offload) is copied from where it lives."""
+        """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot, blocking).
+        A CPU-placed unit computed on the GPU for a large step (offload) is copied from where it lives. A copy from
+        pageable memory does not overlap GPU compute (measured on the H200: the compute of the unit before it
+        finished only after the copy; docs/validation.md), so it waits for the previous compute like a blocking copy."""
         u, p = units[ui], t[units[ui].name]
         cpu = p.compute == "cpu" and not offload
         load = GPU_LOAD if (not cpu and p.tier != "vram") else CPU_READ if (cpu and p.tier.startswith("disk")) else 0
@@ -95,7 +98,9 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         staged = plan.pinned_staging and p.tier in STAGED_TIERS
         gpu_load = load == GPU_LOAD
         copy = copy_time_s(u.nbytes, machine, pinned=p.tier == "ram_pinned" or staged) if gpu_load else 0.0
-        return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged
+        pinned = p.tier == "ram_pinned" or staged
+        blocking = gpu_load and (not plan.overlap_copy or not pinned)
+        return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking
 
     rows = {False: [row(i, False) for i in range(len(units))]}
     order: list[tuple[int, int]] = []  # (unit, -1) or (first expert unit of a block, block)
@@ -116,6 +121,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         sch.copy_s.append(r[4])
         sch.copy_bytes.append(r[5])
         sch.pinned_slot.append(r[6])
+        sch.blocking.append(r[7])
         sch.compute_s.append(comp)
         sch.gate.append(gate)
 

@@ -108,7 +108,7 @@ class Timeline:
             if s.load[i] == CPU_READ:
                 self.ready[i].succeed()
                 continue
-            if not self.overlap and i > 0:
+            if (s.blocking[i] or not self.overlap) and i > 0:
                 yield self.c_end[i - 1]
             yield self.vram_slots.get(1)
             with self.copy_engine.request() as req:

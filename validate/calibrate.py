@@ -67,9 +67,11 @@ def storage(folder: Path, nbytes: int, sizes=(MiB, 16 * MiB)) -> dict:
             out[f"warm_read_{size // MiB}MiB_bytes_per_s"] = read(size)
         drop_cache(path)
         out["cold_read_4threads_bytes_per_s"] = read(16 * MiB, 4)
-        big = f"{sizes[-1] // MiB}MiB"
-        out["cold_read_bytes_per_s"] = out[f"cold_read_{big}_bytes_per_s"]
-        out["cache_read_bytes_per_s"] = out[f"warm_read_{big}_bytes_per_s"]
+        drop_cache(path)  # whole-file requests, as the engine reads a unit
+        out["cold_read_whole_bytes_per_s"] = read(nbytes)
+        out["warm_read_whole_bytes_per_s"] = read(nbytes)
+        out["cold_read_bytes_per_s"] = out["cold_read_whole_bytes_per_s"]
+        out["cache_read_bytes_per_s"] = out["warm_read_whole_bytes_per_s"]
     finally:
         path.unlink(missing_ok=True)
     return out
@@ -81,18 +83,34 @@ def memcpy(nbytes: int) -> float:
     return nbytes / _best(lambda: np.copyto(b, a))
 
 
-def h2d(sizes) -> dict:
+def first_touch(nbytes: int) -> float:
+    """Bytes per second of writing freshly allocated host memory (page faults): what filling a new buffer costs."""
+    t = time.perf_counter()
+    buf = torch.empty(nbytes, dtype=torch.uint8)
+    buf.numpy().fill(1)
+    dt = time.perf_counter() - t
+    del buf
+    return nbytes / dt
+
+
+def h2d(sizes, total: int = 2 * 1024 * MiB) -> dict:
+    """Copy speed by size from pinned and pageable memory, each copy from a different buffer of a set larger than
+    the CPU caches (as an engine streams different layers), median over the set."""
     out = {}
     for size in sizes:
         dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+        n = max(3, min(16, total // size))
         for pinned in (True, False):
-            host = torch.ones(size, dtype=torch.uint8, pin_memory=pinned)
-
-            def copy():
-                dev.copy_(host, non_blocking=True)
+            hosts = [torch.ones(size, dtype=torch.uint8, pin_memory=pinned) for _ in range(n)]
+            times = []
+            for h in hosts + hosts:
                 torch.cuda.synchronize()
-            copy()
-            out[f"{'pinned' if pinned else 'pageable'}_{size // MiB}MiB_bytes_per_s"] = size / _best(copy)
+                t = time.perf_counter()
+                dev.copy_(h, non_blocking=True)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t)
+            out[f"{'pinned' if pinned else 'pageable'}_{size // MiB}MiB_bytes_per_s"] = size / float(np.median(times[n:]))
+            del hosts
     return out
 
 
@@ -163,8 +181,10 @@ def compute(config: dict, device: str, batch_sizes=(1, 4), seqs=(1, 128)) -> dic
 
 def pin_speed(nbytes: int) -> float:
     """Bytes per second of allocating page-locked host memory (a fresh size, so no cached block is reused)."""
+    if hasattr(torch._C, "_host_emptyCache"):
+        torch._C._host_emptyCache()  # a fresh process pins anew; release blocks cached by earlier steps
     t = time.perf_counter()
-    buf = torch.empty(nbytes + 4096 * 7, dtype=torch.uint8, pin_memory=True)
+    buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     dt = time.perf_counter() - t
     del buf
     return nbytes / dt
@@ -230,10 +250,11 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool) -> 
                 meas["memcpy_bytes_per_s"] = memcpy(size)
             elif step == "pin":
                 meas["pin_bytes_per_s"] = pin_speed(size) if cuda else None
+                meas["first_touch_bytes_per_s"] = first_touch(size)
             elif step == "link":
                 meas["link"] = h2d(link_sizes) if cuda else {}
             elif step == "codec":
-                meas["codec"] = codec(16 * MiB if quick else 128 * MiB, (1, 2) if quick else (1, 2, 4, 8))
+                meas["codec"] = codec(16 * MiB if quick else 512 * MiB, (1, 2) if quick else (1, 2, 4, 8))
             elif step == "roofline":
                 meas["compute"] = compute(config, "cuda" if cuda else "cpu", (1,), (1, 32))
             elif step == "grid-gpu":
@@ -263,6 +284,7 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
             "storage.cache_read_bytes_per_s": max(st["cache_read_bytes_per_s"], st["cold_read_bytes_per_s"]),
             "storage.write_bytes_per_s": st["write_bytes_per_s"],
             "host_memory.memcpy_bytes_per_s": meas["memcpy_bytes_per_s"],
+            "host_memory.first_touch_bytes_per_s": meas["first_touch_bytes_per_s"],
             "cpu.unpack_bytes_per_s_per_thread": {"zstd": unpack_total / unpack_n},
             "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,

@@ -30,6 +30,8 @@ from validate.recording import Clock, to_events
 from validate.store import decompress_into, drop_cache, file_meta, read_bytes, read_into, views
 
 SWITCH_INTERVAL_S = 2e-4
+RESERVED_CORES = 2  # CPU compute leaves a core each to the reader and copier threads (else one busy core stalls
+                    # every intra-op barrier: 8.7x slower CPU layers beside copies on the H200 host, calibrate run 1)
 
 
 @dataclass
@@ -68,6 +70,8 @@ class Engine:
         if cold:
             self.drop_page_cache()
         if self.cuda:
+            if hasattr(torch._C, "_host_emptyCache"):  # pin anew, as a fresh process does
+                torch._C._host_emptyCache()
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         self._materialize()
@@ -110,6 +114,12 @@ class Engine:
         staged = [n for n in sch_units if self.tiers[n].tier in STAGED_TIERS]
         pslot = max((self.meta[n]["nbytes"] for n in staged), default=0)
         self.pinned_slots = [self._host_buffer(pslot, True) for _ in range(max(self.plan.pinned_slots, 1))] if pslot else []
+        zslot = max((self.zmeta[n]["stored"] for n in sch_units if self.tiers[n].tier == "disk_compressed"), default=0)
+        self.read_slots = []  # compressed reads land in reused, already touched buffers (no page faults per read)
+        for _ in range(max(self.plan.pinned_slots, 1) if zslot else 0):
+            buf = np.empty(zslot, dtype=np.uint8)
+            buf.fill(0)
+            self.read_slots.append(buf)
 
     def drop_page_cache(self) -> None:
         if self.store is None:
@@ -124,19 +134,23 @@ class Engine:
         """Run the plan; the interpreter's thread switch interval is shortened meanwhile, because the default 5 ms
         lets one stage thread hold the GIL while another has its item ready (measured: 40 ms -> 5 ms per token on
         a 4-layer model streamed from pinned RAM)."""
-        old = sys.getswitchinterval()
+        old, threads = sys.getswitchinterval(), torch.get_num_threads()
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        if self.cuda and any(p.compute == "cpu" for p in self.plan.placements):
+            torch.set_num_threads(max(1, self.machine.cpu.cores - RESERVED_CORES))
         try:
             return self._run(w, prompt, cold)
         finally:
             sys.setswitchinterval(old)
+            torch.set_num_threads(threads)
 
     def _run(self, w: Workload, prompt: torch.Tensor | None, cold: bool) -> RunResult:
         sch = build_schedule(self.shape, self.machine, self.plan, w, Budgets.unlimited())
         n = len(sch)
         units, steps = sch.unit.tolist(), sch.step.tolist()
         load, read_b, unpack_s, pin = sch.load.tolist(), sch.read_bytes.tolist(), sch.unpack_s.tolist(), sch.pinned_slot.tolist()
-        on_cpu = sch.on_cpu.tolist()
+        on_cpu, blocking = sch.on_cpu.tolist(), (sch.blocking | (sch.load == GPU_LOAD) * (not self.plan.overlap_copy)).tolist()
+        comp_end: list = [None] * n     # CUDA event at the end of each GPU compute
         names = [u.name for u in self.shape.units]
         if prompt is None:
             prompt = torch.randint(0, self.shape.vocab, (w.batch, w.prompt_tokens), generator=torch.Generator().manual_seed(w.seed))
@@ -164,6 +178,9 @@ class Engine:
         pinned_pool: queue.Queue = queue.Queue()
         for b in self.pinned_slots:
             pinned_pool.put(b)
+        read_pool: queue.Queue = queue.Queue()
+        for b in self.read_slots:
+            read_pool.put(b)
         vram_pool: queue.Queue = queue.Queue()
         for b in self.vram_slots:
             vram_pool.put((b, None))
@@ -203,7 +220,9 @@ class Engine:
                 if read_b[i] > 0:
                     t0 = clock.now()
                     if tier == "disk_compressed":
-                        staging[i] = (staging[i], read_bytes(self.store / self.files[name]["zst"], self.zmeta[name]))
+                        zbuf = read_pool.get()
+                        read_into(self.store / self.files[name]["zst"], self.zmeta[name], torch.from_numpy(zbuf))
+                        staging[i] = (staging[i], zbuf[: self.zmeta[name]["stored"]], zbuf)
                     else:
                         buf = staging[i] if staging[i] is not None else self._host_buffer(self.meta[name]["nbytes"], False)
                         read_into(self.store / self.files[name]["raw"], self.meta[name], buf)
@@ -223,11 +242,13 @@ class Engine:
                     gate(k)
                 name = names[units[i]]
                 src = staging[i]
-                dest, packed = (src if isinstance(src, tuple) else (src, self.packed[name]))
+                dest, packed, zbuf = (src if isinstance(src, tuple) else (src, self.packed[name], None))
                 if dest is None:
                     dest = self._host_buffer(self.meta[name]["nbytes"], False)
                 t0 = clock.now()
                 decompress_into(packed, self.zmeta[name], dest, pool)
+                if zbuf is not None:
+                    read_pool.put(zbuf)
                 records.append((i, "unpack", "unpack", t0, clock.now(), self.meta[name]["nbytes"], ""))
                 staging[i] = dest
                 unpacked[i].set()
@@ -249,8 +270,10 @@ class Engine:
                     wviews[i] = views(src, self.meta[name]["layout"])
                     ready[i].set()
                     continue
-                if not self.plan.overlap_copy and i > 0:
+                if blocking[i] and i > 0:  # the simulator's rule: this copy starts after the previous compute ends
                     finished[i - 1].wait()
+                    if comp_end[i - 1] is not None:
+                        comp_end[i - 1].synchronize()
                 slot, done = vram_pool.get()
                 nbytes = self.meta[name]["nbytes"]
                 if self.cuda:
@@ -322,6 +345,7 @@ class Engine:
                         tokens.append(out.argmax(-1).to(self.device))
                     if dev.type == "cuda":
                         e1 = clock.event(compute_stream)
+                        comp_end[i] = e1
                         records.append((i, "compute", "gpu", e0, e1, 0.0, ""))
                         if load[i] == GPU_LOAD:
                             vram_pool.put((slot_of[i], e1))

@@ -1,0 +1,113 @@
+"""Issue 9's model pieces on hand-worked values: measured compute grids, copy speed by size, the load phase,
+pageable copies that do not overlap compute, CPU contention beside streaming, and offloaded disk units' reads."""
+import pytest
+
+from hwmodels.profiles import ComputeGrid, H2DPoint
+from sim.compute import gpu_compute_s, grid_time_s, signature
+from sim.equations import copy_bytes_per_s
+from sim.load import load_time_s
+from sim.plan import Workload
+from sim.schedule import build_schedule
+from sim.simulate import simulate
+from tests.toys import BIG, toy_model, toy_plan
+
+ONE = Workload(batch=1, prompt_tokens=1, new_tokens=1)
+
+
+def grid_for(unit, **kw):
+    base = dict(unit=signature(unit, "toy"), device="gpu", batch=(1, 4), prefill_tokens=(10, 20),
+                prefill_s=((1.0, 2.0), (3.0, 4.0)), decode_context=(10, 30), decode_s=((0.1, 0.3), (0.2, 0.6)))
+    return ComputeGrid(**{**base, **kw})
+
+
+def test_grid_interpolates_between_measured_points():
+    u = toy_model().units[0]
+    g = grid_for(u)
+    assert grid_time_s(g, 1, 15, 0) == pytest.approx(1.5)          # halfway in tokens
+    assert grid_time_s(g, 2, 10, 0) == pytest.approx(1.0 + 2.0 / 3)  # a third of the way in batch
+    assert grid_time_s(g, 1, 1, 20) == pytest.approx(0.2)           # decode, halfway in context
+    assert grid_time_s(g, 4, 1, 30) == pytest.approx(0.6)
+
+
+def test_grid_clamps_below_and_scales_above_by_the_roofline():
+    u = toy_model().units[0]
+    g = grid_for(u)
+    assert grid_time_s(g, 1, 1, 2) == pytest.approx(0.1)            # below the smallest context: nearest point
+    # above the largest prompt: the 20-token point times the ratio of the scale at 40 and 20 tokens
+    assert grid_time_s(g, 1, 40, 0, scale=lambda b, s, k: 0.5 + s) == pytest.approx(2.0 * 40.5 / 20.5)
+
+
+def test_machine_with_a_grid_uses_it_for_matching_units_only(toy_machine):
+    m = toy_model()
+    u0 = m.units[0]
+    machine = toy_machine.model_copy(update={"compute_grids": (grid_for(u0),)})
+    assert gpu_compute_s(u0, machine, 1, 15, 0, "toy") == pytest.approx(1.5)
+    assert gpu_compute_s(m.units[1], machine, 1, 1, 0, "toy") == pytest.approx(0.8)   # 8 B / 10 B/s roofline
+    assert gpu_compute_s(u0, machine, 1, 15, 0, "llama") == pytest.approx(0.4)        # another family: roofline
+    sch = build_schedule(m, machine, toy_plan(m, "vram"), ONE, BIG)
+    assert sch.compute_sources == {"decoder@gpu": "profile", "decoder@cpu": "roofline"}
+
+
+def test_copy_speed_by_size_is_linear_in_log_size(toy_machine):
+    pts = (H2DPoint(nbytes=1, pinned_bytes_per_s=1.0, pageable_bytes_per_s=0.5),
+           H2DPoint(nbytes=100, pinned_bytes_per_s=3.0, pageable_bytes_per_s=1.5))
+    machine = toy_machine.model_copy(update={"link": toy_machine.link.model_copy(update={"by_size": pts})})
+    assert copy_bytes_per_s(10, machine) == pytest.approx(2.0)       # log10(10) is halfway to log10(100)
+    assert copy_bytes_per_s(10, machine, pinned=False) == pytest.approx(1.0)
+    assert copy_bytes_per_s(1000, machine) == pytest.approx(3.0)     # the end value outside
+    assert copy_bytes_per_s(10, toy_machine) == 2.0                  # no table: the link's speed
+
+
+def test_load_phase_reads_touches_pins_and_copies(toy_machine):
+    m = toy_model()                                                   # units of 4, 8 and 2 bytes
+    hm = toy_machine.host_memory.model_copy(update={"first_touch_bytes_per_s": 8.0, "pin_bytes_per_s": 4.0})
+    machine = toy_machine.model_copy(update={"host_memory": hm})
+    plan = toy_plan(m, ["vram", "ram_pinned", "ram_pageable"])
+    cold = load_time_s(m, machine, plan, warm=False)
+    # reads at 1 B/s: 4 + 8 + 2; fresh pages (not the pinned unit) at 8 B/s: (4 + 2) / 8; pinning 8 B at 4 B/s;
+    # the VRAM unit copied from pageable memory at 1 B/s
+    assert cold["read_s"] == pytest.approx(14 + 6 / 8)
+    assert cold["pin_s"] == pytest.approx(2.0)
+    assert cold["copy_s"] == pytest.approx(4.0)
+    warm = load_time_s(m, machine, plan, warm=True)
+    assert warm["read_s"] == pytest.approx(14 / 4 + 6 / 8)           # the page cache at 4 B/s
+    assert load_time_s(m, machine, toy_plan(m, "disk_raw"), warm=False)["total_s"] == pytest.approx(8 * 2 / 4)  # 2 staging slots pinned
+
+
+def test_pageable_copy_waits_for_the_previous_compute(toy_machine):
+    m = toy_model()                                                   # compute 0.4, 0.8, 0.2 s
+    res = simulate(m, toy_machine, toy_plan(m, ["vram", "ram_pageable", "ram_pageable"], vram_slots=2), ONE, BIG)
+    comp = [(e.unit, e.start_s, e.end_s) for e in res.events if e.stage == "compute"]
+    # l1's copy (8 B at 1 B/s) starts when l0 ends at 0.4; l2's copy (2 s) starts when l1 ends at 9.2
+    assert comp == [("l0", 0.0, 0.4), ("l1", pytest.approx(8.4), pytest.approx(9.2)),
+                    ("l2", pytest.approx(11.2), pytest.approx(11.4))]
+    pinned = simulate(m, toy_machine, toy_plan(m, ["vram", "ram_pinned", "ram_pinned"], vram_slots=2), ONE, BIG)
+    # pinned copies overlap compute: l1 copies 0-4 s at 2 B/s and computes 4-4.8; l2 copies 4-5 s, computes 5-5.2
+    assert [e.end_s for e in pinned.events if e.stage == "compute"] == pytest.approx([0.4, 4.8, 5.2])
+
+
+def test_cpu_contention_only_in_steps_that_stream(toy_machine):
+    m = toy_model()
+    slow = toy_machine.model_copy(update={"cpu": toy_machine.cpu.model_copy(update={"copy_contention": 2.0})})
+    from sim.plan import Placement
+    streaming = toy_plan(m, ["ram_pageable", "ram_pinned", "ram_pinned"]).model_copy(update={"placements": (
+        Placement(unit="l0", tier="ram_pageable", compute="cpu"), Placement(unit="l1", tier="ram_pinned"),
+        Placement(unit="l2", tier="ram_pinned"))})
+    a = build_schedule(m, slow, streaming, ONE, BIG)
+    b = build_schedule(m, toy_machine, streaming, ONE, BIG)
+    assert a.compute_s[0] == pytest.approx(2 * b.compute_s[0])       # the CPU unit, beside streamed copies
+    assert list(a.compute_s[1:]) == list(b.compute_s[1:])
+    cpu_only = streaming.model_copy(update={"placements": (streaming.placements[0],) + tuple(
+        Placement(unit=n, tier="vram") for n in ("l1", "l2"))})
+    assert build_schedule(m, slow, cpu_only, ONE, BIG).compute_s[0] == pytest.approx(b.compute_s[0])
+
+
+def test_offloaded_cpu_unit_on_disk_pays_its_read(toy_machine):
+    from sim.plan import Placement
+    m = toy_model()
+    plan = toy_plan(m, "vram", gpu_offload_min_tokens=4).model_copy(update={"placements": (
+        Placement(unit="l0", tier="disk_raw", compute="cpu"),) + toy_plan(m, "vram").placements[1:]})
+    big_prompt = Workload(batch=1, prompt_tokens=8, new_tokens=2)
+    sch = build_schedule(m, toy_machine, plan, big_prompt, BIG)
+    assert sch.read_bytes[0] == 4.0 and not sch.on_cpu[0]            # prefill: read from disk, computed on the GPU
+    assert sch.read_bytes[3] == 4.0 and sch.on_cpu[3]                # decode: read and computed on the CPU
