@@ -7,6 +7,7 @@ layer shapes (fewer layers), the layer store (raw + compressed), a full calibrat
 plan run on the engine and simulated with the calibrated profile. GPU-computed plans are checked bit for bit against
 the all-resident run of the same workload; the resident run against Hugging Face transformers' own forward.
 Run (H200): python benchmarks/h200_matrix.py --archs llama-8b,qwen3-4b --out $OUT/matrix-a.json
+Then, here: python benchmarks/matrix_report.py FILES... (re-predicts every run with the current simulator).
 """
 from __future__ import annotations
 
@@ -99,7 +100,8 @@ TINY = dict(num_hidden_layers=4, hidden_size=256, intermediate_size=512, num_att
             head_dim=64, vocab_size=1024)
 
 
-def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tokens: int, tiny: bool) -> None:
+def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tokens: int, tiny: bool,
+             limit: int | None) -> None:
     from hwmodels.presets import load_machine
     from sim.equations import machine_codec
     from sim.models import load_model
@@ -129,7 +131,8 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
     entry = {"arch": arch, "config": {k: config.get(k) for k in ("model_type", "hidden_size", "intermediate_size",
                                                                   "num_attention_heads", "num_key_value_heads",
                                                                   "head_dim", "vocab_size", "num_hidden_layers")},
-             "calibrate_s": time.perf_counter() - t, "profile": prof, "runs": []}
+             "calibrate_s": time.perf_counter() - t, "profile": prof, "runs": [],
+             "shape": json.loads(shape.model_dump_json())}
     result["archs"].append(entry)
     save()
     log(arch, "calibrated", f"{entry['calibrate_s']:.0f}s")
@@ -151,7 +154,7 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
     again = resident.run(Workload(batch=4, prompt_tokens=512, new_tokens=new_tokens))
     entry["resident_repeat"] = exactness(reference(4, 512), again)
     log(arch, "transformers", entry["transformers"], "repeat", entry["resident_repeat"])
-    for label, plan, budgets, cold, b, p in cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec):
+    for label, plan, budgets, cold, b, p in cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec)[:limit]:
         if time.perf_counter() > deadline:
             entry["runs"].append({"label": label, "skipped": "deadline"})
             continue
@@ -162,7 +165,11 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
             engine = Engine(store, config, shape, plan, machine, cold=cold)
             rep, run, _ = validate_plan(engine, shape, machine, plan, w, budgets, cold, ref)
             rep.update(label=label, batch=b, prompt=p, gpu_only=all(x.compute == "gpu" for x in plan.placements),
-                       tiers=sorted({x.tier for x in plan.placements}), seconds=time.perf_counter() - t)
+                       tiers=sorted({x.tier for x in plan.placements}), seconds=time.perf_counter() - t,
+                       plan=json.loads(plan.model_dump_json()), workload=json.loads(w.model_dump_json()),
+                       budgets=json.loads(budgets.model_dump_json()),
+                       measured_events=[[e.token, e.unit, e.stage, e.start_s, e.end_s] for e in run.events
+                                        if e.stage in ("compute", "copy", "read", "unpack")])
             entry["runs"].append(rep)
             log(f"{arch} {label} b{b} p{p}: tpot {rep['predicted']['time_per_token_s']:.4f}/"
                 f"{rep['measured']['time_per_token_s']:.4f} ({rep['error_pct']['time_per_token']:+.1f}%) ttft "
@@ -186,7 +193,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/offloadsim-matrix")
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=540, help="stop starting runs after this many seconds")
-    ap.add_argument("--new-tokens", type=int, default=5)
+    ap.add_argument("--new-tokens", type=int, default=8)
     ap.add_argument("--tiny", action="store_true", help="small shapes on whatever device there is (a smoke test)")
     a = ap.parse_args()
     out = Path(a.out)
@@ -199,9 +206,10 @@ def main() -> None:
         tmp.write_text(json.dumps(result, indent=1, default=float))
         tmp.replace(out)
     deadline = T0 + a.budget_s
-    for arch in a.archs.split(","):
+    for spec in a.archs.split(","):  # NAME or NAME:N (only the first N plans, e.g. a repeat for the spread)
+        arch, _, n = spec.partition(":")
         try:
-            run_arch(arch, Path(a.work), result, save, deadline, a.new_tokens, a.tiny)
+            run_arch(arch, Path(a.work), result, save, deadline, a.new_tokens, a.tiny, int(n) if n else None)
         except Exception as exc:
             result["archs"].append({"arch": arch, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
             log(arch, "FAILED", exc)

@@ -1,0 +1,116 @@
+"""Summarise validation-matrix runs (benchmarks/h200_matrix.py output): every run re-predicted with the current
+simulator from what the run recorded (the calibrated profile, the model shape, the plan, the workload, the budgets),
+against what the engine measured. Writes a JSON summary and prints the markdown table of docs/validation.md.
+
+    python benchmarks/matrix_report.py docs/validation/matrix-b.json docs/validation/matrix-c.json \
+        --json docs/validation/matrix-summary.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from hwmodels.specs import MachineSpec
+from sim.plan import Budgets, Plan, Workload
+from sim.shapes import ModelShape
+from sim.simulate import simulate
+
+
+def err(p: float, m: float) -> float:
+    return (p - m) / m * 100 if m else float("nan")
+
+
+def busy(events) -> float:
+    """Seconds the compute lane works: each compute counted from the later of its start and the previous end."""
+    comps = sorted((e for e in events if e[2] == "compute"), key=lambda e: e[4])
+    total, prev = 0.0, 0.0
+    for e in comps:
+        total += max(e[4] - max(e[3], prev), 0.0)
+        prev = max(prev, e[4])
+    return total
+
+
+def repredict(entry: dict, run: dict) -> dict:
+    machine = MachineSpec.model_validate(entry["profile"]["machine"])
+    shape = ModelShape.model_validate(entry["shape"])
+    plan, budgets = Plan.model_validate(run["plan"]), Budgets.model_validate(run["budgets"])
+    w = Workload.model_validate(run["workload"]).model_copy(update={"warm": not run["cold"]})
+    sim = simulate(shape, machine, plan, w, budgets)
+    pred_events = [[e.token, e.unit, e.stage, e.start_s, e.end_s] for e in sim.events]
+    meas = run["measured"]
+    row = {"file": run["_file"], "arch": entry["arch"], "label": run["label"], "batch": run["batch"],
+           "prompt": run["prompt"], "cold": run["cold"], "gpu_only": run["gpu_only"],
+           "tpot_pred_s": sim.summary["time_per_token_s"], "tpot_meas_s": meas["time_per_token_s"],
+           "ttft_pred_s": sim.summary["ttft_s"], "ttft_meas_s": meas["ttft_s"],
+           "compute_pred_s": busy(pred_events), "compute_meas_s": busy(run["measured_events"]),
+           "load_pred_s": sim.summary["load"]["total_s"], "load_meas_s": run["load"]["measured_s"],
+           "bit_identical": run["exactness"]["logits_bit_identical"],
+           "max_abs_logit_diff": run["exactness"]["max_abs_logit_diff"]}
+    for k in ("tpot", "ttft", "compute", "load"):
+        row[f"{k}_err_pct"] = err(row[f"{k}_pred_s"], row[f"{k}_meas_s"])
+    return row
+
+
+def stats(rows: list[dict], key: str) -> dict:
+    e = np.abs([r[f"{key}_err_pct"] for r in rows])
+    return {"median_abs_pct": float(np.median(e)), "worst_abs_pct": float(np.max(e)), "n": len(rows)}
+
+
+def summarize(files: list[str]) -> dict:
+    rows, archs = [], []
+    for f in files:
+        data = json.loads(Path(f).read_text())
+        for entry in data["archs"]:
+            if "error" in entry:
+                continue
+            archs.append({"file": Path(f).name, "arch": entry["arch"], "transformers": entry.get("transformers"),
+                          "resident_repeat": entry.get("resident_repeat"), "calibrate_s": entry.get("calibrate_s")})
+            for run in entry["runs"]:
+                if "measured" in run:
+                    rows.append(repredict(entry, dict(run, _file=Path(f).name)))
+    gpu = [r for r in rows if r["gpu_only"]]
+    by_key = defaultdict(list)
+    for r in rows:
+        by_key[(r["arch"], r["label"], r["batch"], r["prompt"])].append(r)
+    spread = [{"arch": k[0], "label": k[1], "batch": k[2], "prompt": k[3],
+               "tpot_meas_s": [r["tpot_meas_s"] for r in v],
+               "spread_pct": (max(r["tpot_meas_s"] for r in v) - min(r["tpot_meas_s"] for r in v))
+               / float(np.mean([r["tpot_meas_s"] for r in v])) * 100}
+              for k, v in by_key.items() if len({r["file"] for r in v}) > 1]
+    return {"files": [Path(f).name for f in files], "runs": len(rows),
+            "time_per_token": stats(rows, "tpot"), "ttft": stats(rows, "ttft"), "compute_stage": stats(rows, "compute"),
+            "load": stats([r for r in rows if r["cold"]], "load") if any(r["cold"] for r in rows) else None,
+            "bit_identical_gpu_plans": f"{sum(r['bit_identical'] for r in gpu)}/{len(gpu)}",
+            "archs": archs, "spread": spread, "rows": rows}
+
+
+def table(s: dict) -> str:
+    out = ["| file | arch | plan | batch | prompt | cold | tpot pred / meas (s) | err | TTFT pred / meas (s) | err | "
+           "compute err | bit-identical |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in s["rows"]:
+        out.append(f"| {r['file']} | {r['arch']} | {r['label']} | {r['batch']} | {r['prompt']} | {'yes' if r['cold'] else ''} | "
+                   f"{r['tpot_pred_s']:.4f} / {r['tpot_meas_s']:.4f} | {r['tpot_err_pct']:+.1f}% | "
+                   f"{r['ttft_pred_s']:.4f} / {r['ttft_meas_s']:.4f} | {r['ttft_err_pct']:+.1f}% | "
+                   f"{r['compute_err_pct']:+.1f}% | {'yes' if r['bit_identical'] else ('CPU' if not r['gpu_only'] else 'no')} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--json", help="write the summary here")
+    a = ap.parse_args()
+    s = summarize(a.files)
+    if a.json:
+        Path(a.json).write_text(json.dumps(s, indent=1, default=float))
+    print(json.dumps({k: v for k, v in s.items() if k not in ("rows", "archs", "spread")}, indent=1))
+    print(json.dumps(s["spread"], indent=1))
+    print(table(s))
+
+
+if __name__ == "__main__":
+    main()
