@@ -81,6 +81,8 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
         v = rng.choice(COUNTS)
         if flag in ("--seed", "--attribution") and v == "0":
             v = "-1"
+        if flag == "--seed" and v in ("10000000", "1000000000"):  # valid seeds (0 .. 2**32-1)
+            v = "4294967296"
         if flag == "--points" and v == "0x10":
             v = "1"
         argv = {"whatif": ["whatif", "qwen3-14b", "--vary", "storage=sata"],
@@ -222,7 +224,28 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
                            ["validate", "--checkpoint", ck, "--plan", "stream"]])
         return {"argv": argv, "field": "torch", "no_torch": True}
 
-    gens = [size, above_hardware, count, real, vary, config_field, config_file, plan_field, plan_file, profile_field,
+    def misc(_):
+        kind = rng.choice(["hw", "hw_action", "dtype", "policy", "objective", "export", "command", "model", "empty"])
+        # a value starting with '-' is an option to argparse, so the random name starts with a letter
+        spec = {"hw": (["hw", "show", rng.choice(["nope", "", "h100x", "x" + _rand_text(rng)])], "name"),
+                "hw_action": (["hw", rng.choice(["delete", "", "LIST"])], "action"),
+                "dtype": (["info", "qwen3-14b", "--dtype", rng.choice(["fp5x", "0", "33", "nan", "inf", "-4", ""])],
+                          "dtype"),
+                "policy": (["simulate", "qwen3-14b", "--policy", rng.choice(["vllm", "", "AIRLLM", "stream "])],
+                           "policy"),
+                "objective": (["plan", "qwen3-14b", "--objective", "fastest"], "objective"),
+                "export": (["plan", "qwen3-14b", "--export", "vllm"], "export"),
+                "command": ([rng.choice(["frobnicate", "", "--version-x"])], "command"),
+                "model": (["info", rng.choice(["", "qwen3-15b", "nodir/", "x.json", "\u00e9"])], "model"),
+                "empty": (rng.choice([["simulate", "qwen3-14b", "--plan", ""], ["simulate", "qwen3-14b", "--trace", ""],
+                                      ["plan", "qwen3-14b", "--out", ""], ["info", "qwen3-14b", "--machine", ""],
+                                      ["validate", "--checkpoint", "nodir", "--plan", "stream", "--store", ""]]), "")}[kind]
+        field = spec[1]
+        if kind == "model" and spec[0][1] == "x.json":
+            field = "x.json"
+        return {"argv": spec[0], "field": field}
+
+    gens = [misc, size, above_hardware, count, real, vary, config_field, config_file, plan_field, plan_file, profile_field,
             safetensors, store, paths, infeasible, torchless]
     cases = []
     for i in range(n):

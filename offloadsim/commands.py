@@ -15,13 +15,13 @@ from sim.models import load_model
 
 
 def resolve_model(args: argparse.Namespace):
-    return load_model(args.model, parse_format(args.dtype) if args.dtype else None)
+    return load_model(args.model, parse_format(args.dtype) if args.dtype is not None else None)
 
 
 def resolve_codec(args: argparse.Namespace, machine) -> Codec:
     if not 0 < args.codec_ratio <= 1:
         raise InputError(f"codec-ratio: {args.codec_ratio} is out of range; give stored/raw size in (0, 1], like 0.7.")
-    if args.unpack_speed:
+    if args.unpack_speed is not None:
         return Codec(name="custom", ratio=args.codec_ratio, unpack_bytes_per_s=parse_bandwidth(args.unpack_speed, "unpack-speed"))
     return machine_codec(machine, ratio=args.codec_ratio)
 

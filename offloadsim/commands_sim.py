@@ -59,7 +59,8 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     budgets = resolve_budgets(args, machine)
     model = resolve_model(args)
     limits.check_request(model, machine, w)
-    plan = Plan.load(args.plan) if args.plan else get_policy(args.policy or "stream")(model, machine, w, budgets)
+    policy = args.policy if args.policy is not None else "stream"
+    plan = Plan.load(args.plan) if args.plan is not None else get_policy(policy)(model, machine, w, budgets)
     res = simulate(model, machine, plan, w, budgets)
     events = list(res.events)
     path = critical_path(events, plan.prefetch_depth)

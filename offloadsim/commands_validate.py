@@ -132,12 +132,14 @@ def validate_cmd(args: argparse.Namespace) -> int:
         raise InputError(f"out: {args.out!r} is a file; give a folder for the report.")
     check_output(str(out / "report.json") if out.is_dir() else str(out), "out", (args.plan, args.checkpoint))
     device = _device(args.device)
-    store = Path(args.store) if args.store else ckpt / ".offloadsim-store"
+    if args.store is not None and not args.store.strip():
+        raise InputError("store: '' is not a folder name; give a folder for the layer store or leave --store out.")
+    store = Path(args.store) if args.store is not None else ckpt / ".offloadsim-store"
     if store.exists() and not store.is_dir():
         raise InputError(f"store: {args.store or str(store)!r} is a file; give a folder for the layer store.")
     shape = load_model(str(ckpt))
     config = read_config(ckpt / "config.json")
-    machine = load_machine(args.profile or "h200-testbox")
+    machine = load_machine(args.profile if args.profile is not None else "h200-testbox")
     if shape.total_bytes > _host_ram_bytes() // 2:
         raise InputError(f"checkpoint: {args.checkpoint!r} holds {shape.total_bytes / GiB:.1f} GiB of weights, more "
                          "than half this machine's RAM; validate a smaller checkpoint (offloadsim make-checkpoint --layers 2).")

@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from sim.policies import get_policy
 FAST = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 TIME_LIMIT_S = 20.0
+MEMORY_LIMIT_BYTES = 2 * 2**30  # growth of this process's peak RSS over the whole suite
+START_RSS = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 CONFIG = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "torch_dtype": "bfloat16"}
 
@@ -98,6 +101,7 @@ def assert_refused(argv: list, field: str, folder: Path) -> str:
     assert field.lower() in err.lower(), (argv, field, err)
     assert snapshot(folder) == before, argv
     assert secs < TIME_LIMIT_S, (argv, secs)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - START_RSS < MEMORY_LIMIT_BYTES, argv
     return err
 
 
