@@ -35,16 +35,19 @@ def inactive_ratio(total_bytes: float) -> int:
 
 
 class PageCache:
-    def __init__(self, capacity_bytes: float, contents: list[tuple[int, float]] = ()):
-        """`contents`: (key, nbytes) a previous run left, oldest first; they start on the inactive list."""
+    def __init__(self, capacity_bytes: float, contents: list[tuple] = ()):
+        """`contents`: (key, nbytes) or (key, nbytes, active) a previous run left, oldest first (`contents()` of a
+        cache that replayed that run); without the flag they start on the inactive list."""
         self.capacity = max(float(capacity_bytes), 0.0)
         self.inactive: OrderedDict[int, float] = OrderedDict()   # oldest first; value: resident bytes
         self.active: OrderedDict[int, float] = OrderedDict()
         self.inactive_bytes = self.active_bytes = 0.0
         self.shadow: dict[int, float] = {}
         self.age = 0.0  # nonresident_age in bytes: evictions + activations
-        for key, nbytes in contents:
+        for key, nbytes, *active in contents:
             self.insert(key, nbytes)
+            if active and active[0] and key in self.inactive:
+                self._move(key, to_active=True)
         self.hits = self.misses = 0
         self.hit_bytes = self.miss_bytes = 0.0
 
@@ -54,6 +57,10 @@ class PageCache:
 
     def resident(self, key: int) -> float:
         return self.active.get(key, self.inactive.get(key, 0.0))
+
+    def contents(self) -> list[tuple[int, float, bool]]:
+        """(key, resident bytes, active) oldest first: what a later run starting warm finds."""
+        return [(k, n, False) for k, n in self.inactive.items()] + [(k, n, True) for k, n in self.active.items()]
 
     def access(self, key: int, nbytes: float) -> bool:
         """Read `key`: True when all its bytes were resident (a hit); a miss faults the missing bytes in."""

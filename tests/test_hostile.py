@@ -75,6 +75,14 @@ def test_a_unit_larger_than_the_cache_keeps_its_last_capacity_bytes():
     assert c.read(0, 250) == 100 and c.hit_bytes == 100 and c.miss_bytes == 250 + 150
 
 
+def test_contents_carry_both_lists_into_a_warm_start():
+    c = PageCache(40)
+    for key in ["a", "a", "b", "c"]:
+        c.access(key, 10)
+    warm = PageCache(40, c.contents())
+    assert list(warm.active) == ["a"] and list(warm.inactive) == ["b", "c"] and warm.hits == 0
+
+
 def test_inactive_ratio_follows_linux():
     assert inactive_ratio(0.5 * GiB) == 1 and inactive_ratio(10 * GiB) == 10 and inactive_ratio(100 * GiB) == 31
 
