@@ -84,6 +84,13 @@ class CpuSpec(Spec):
                                    "copies, reads or unpacking run beside it (shared cores and DRAM); calibrate measures it.")
 
 
+class EngineSpec(Spec):
+    """Host-side costs of the engine that executes plans (offloadsim's own streaming engine), measured by calibrate."""
+    stream_overhead_s: dict[str, NonNegativeFloat] = Field(
+        default_factory=dict, description="Extra compute-lane seconds per streamed item, by tier: the stage threads' "
+        "hand-offs and bookkeeping that delay the compute thread. Absent: 0 (an ideal engine).")
+
+
 class MachineSpec(Spec):
     name: str = Field(description="Machine name.")
     description: str = Field(default="", description="What this machine is.")
@@ -92,6 +99,7 @@ class MachineSpec(Spec):
     storage: StorageSpec
     host_memory: HostMemorySpec
     cpu: CpuSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="The engine's own host-side costs.")
     compute_grids: tuple[ComputeGrid, ...] = Field(default=(), description="Measured compute tables per unit kind "
                                                    "and device (calibrate); units without one use the roofline.")
     sources: dict[str, str] = Field(default_factory=dict, description="Field path -> source of its value.")

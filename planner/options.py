@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hwmodels.specs import MachineSpec
-from sim.equations import TIERS, Codec
+from sim.equations import TIERS, Codec, copy_time_s, unpack_time_s
 from sim.plan import Budgets, Workload
 from sim.shapes import ModelShape
 
@@ -98,8 +98,8 @@ def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usag
     work = {r: np.zeros((n, k)) for r in RESOURCES}
     vram, pinned, ram, disk = (np.zeros((n, k)) for _ in range(4))
     allowed = np.ones((n, k), dtype=bool)
-    copy_pin = uses * (link.latency_s + nb / link.pinned_h2d_bytes_per_s)
-    copy_page = uses * (link.latency_s + nb / link.pageable_h2d_bytes_per_s)
+    copy_pin = uses * np.array([copy_time_s(b, machine, pinned=True) for b in nb])
+    copy_page = uses * np.array([copy_time_s(b, machine, pinned=False) for b in nb])
     for j, (tier, dev) in enumerate(OPTIONS):
         work["compute"][:, j] = use.gpu_s if dev == "gpu" else use.cpu_s
         if dev == "gpu" and tier != "vram":
@@ -112,7 +112,7 @@ def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usag
             if codec is None:
                 allowed[:, j] = False
                 continue
-            work["unpack"][:, j] = uses * nb / codec.unpack_bytes_per_s
+            work["unpack"][:, j] = uses * np.array([unpack_time_s(b, codec) for b in nb])
         vram[:, j] = nb if tier == "vram" else 0
         pinned[:, j] = nb if tier == "ram_pinned" else 0
         if dev == "cpu" and tier == "ram_pinned":

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import math
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -17,6 +18,7 @@ from hwmodels.units import InputError
 Tier = Literal["vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed"]
 TIERS: tuple[str, ...] = ("vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed")
 STAGED_TIERS = ("ram_compressed", "disk_raw", "disk_compressed")  # pass through a pinned staging buffer
+CHUNK_BYTES = 4 * 2**20  # the layer store compresses byte planes in chunks of this size (validate/store.py)
 
 
 class Codec(BaseModel):
@@ -26,6 +28,9 @@ class Codec(BaseModel):
     ratio: float = Field(default=0.70, gt=0, le=1.0,
                          description="Stored bytes over raw bytes; 0.69-0.71 for byte-plane zstd on BF16 (peer-engines.md).")
     unpack_bytes_per_s: PositiveFloat = Field(description="Decode speed of all unpack threads together.")
+    threads: int = Field(default=1, ge=1, description="Unpack threads (the speed above is theirs together).")
+    chunk_bytes: int = Field(default=0, ge=0, description="Independently compressed chunk size (each decoded by one "
+                             "thread); 0: decoding splits perfectly across the threads.")
 
 
 def machine_codec(machine: MachineSpec, name: str = "zstd", ratio: float = 0.70, threads: int | None = None) -> Codec:
@@ -34,7 +39,18 @@ def machine_codec(machine: MachineSpec, name: str = "zstd", ratio: float = 0.70,
     if per_thread is None:
         raise InputError(f"codec: machine {machine.name!r} has no unpack speed for {name!r}; "
                          f"use one of {', '.join(machine.cpu.unpack_bytes_per_s_per_thread)} or give --unpack-speed.")
-    return Codec(name=name, ratio=ratio, unpack_bytes_per_s=per_thread * (threads or machine.cpu.unpack_threads))
+    n = threads or machine.cpu.unpack_threads
+    return Codec(name=name, ratio=ratio, unpack_bytes_per_s=per_thread * n, threads=n, chunk_bytes=CHUNK_BYTES)
+
+
+def unpack_time_s(nbytes: float, codec: Codec) -> float:
+    """Decoding `nbytes`: chunks go to the threads in rounds, each round as long as one chunk on one thread
+    (a unit of 30 chunks on 8 threads takes 4 rounds, not 3.75); without chunks, bytes over the total speed."""
+    if not codec.chunk_bytes or nbytes <= 0:
+        return nbytes / codec.unpack_bytes_per_s
+    chunks = math.ceil(nbytes / codec.chunk_bytes)
+    rounds = math.ceil(chunks / codec.threads)
+    return rounds * min(codec.chunk_bytes, nbytes) * codec.threads / codec.unpack_bytes_per_s
 
 
 class PrepTime(NamedTuple):
@@ -90,7 +106,7 @@ def t_prep(nbytes: float, tier: str, machine: MachineSpec, *, warm: bool = False
         raise InputError(f"codec: tier {tier!r} needs a codec; give --codec-ratio and --unpack-speed.")
     stored = nbytes * codec.ratio if compressed else nbytes
     read = read_time_s(stored, machine, warm) if tier.startswith("disk") else 0.0
-    unpack = nbytes / codec.unpack_bytes_per_s if compressed else 0.0
+    unpack = unpack_time_s(nbytes, codec) if compressed else 0.0
     copy = copy_time_s(nbytes, machine, pinned=pinned and tier != "ram_pageable")
     return PrepTime(read, unpack, copy)
 

@@ -32,7 +32,7 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
         raise Unsupported("the fast evaluator models one disk reader; parallel readers need the SimPy timeline")
     n = len(sch)
     load = sch.load
-    read_b, unpack_s, copy_s, comp_s, gate, unit = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s, sch.gate, sch.unit
+    read_b, unpack_s, copy_s, comp_s, gate, unit = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s + sch.overhead_s, sch.gate, sch.unit
     lat, cold, warm = sch.read_latency_s, sch.cold_bytes_per_s, sch.cache_bytes_per_s
     d = prefetch_depth
     blocking = sch.blocking if overlap_copy else (sch.load == GPU_LOAD)

@@ -11,7 +11,7 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from sim.compute import compute_sources, cpu_compute_s, gpu_compute_s
-from sim.equations import STAGED_TIERS, copy_time_s
+from sim.equations import STAGED_TIERS, copy_time_s, unpack_time_s
 from sim.memory import MemoryUse, check_plan
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
@@ -20,7 +20,7 @@ from sim.shapes import ModelShape
 GPU_LOAD, CPU_READ = 1, 2
 COLUMNS = {"unit": np.int64, "step": np.int64, "on_cpu": np.bool_, "load": np.int64, "read_bytes": np.float64,
            "unpack_s": np.float64, "copy_s": np.float64, "copy_bytes": np.float64, "compute_s": np.float64,
-           "pinned_slot": np.bool_, "blocking": np.bool_, "gate": np.int64}
+           "pinned_slot": np.bool_, "blocking": np.bool_, "overhead_s": np.float64, "gate": np.int64}
 
 
 @dataclass
@@ -38,6 +38,7 @@ class Schedule:
     compute_s: list[float] = field(default_factory=list)
     pinned_slot: list[bool] = field(default_factory=list)
     blocking: list[bool] = field(default_factory=list)   # the copy waits for the previous item's compute to end
+    overhead_s: list[float] = field(default_factory=list)  # the engine's host cost of a streamed item, on the compute lane
     gate: list[int] = field(default_factory=list)        # item whose compute end gates this load (router), or -1
     n_steps: int = 0
     read_latency_s: float = 0.0
@@ -72,7 +73,6 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
                    read_latency_s=st.request_latency_s, cold_bytes_per_s=st.cold_read_bytes_per_s,
                    cache_bytes_per_s=st.cache_read_bytes_per_s, cache_capacity_bytes=mem.page_cache_bytes)
     ratio = plan.codec.ratio if plan.codec else 1.0
-    unpack_speed = plan.codec.unpack_bytes_per_s if plan.codec else 1.0
     router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew, w.seed) \
         if model.is_moe else None
     rng = np.random.default_rng(w.seed + 1)
@@ -86,7 +86,8 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         return cache[key]
 
     def row(ui: int, offload: bool) -> tuple:
-        """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot, blocking).
+        """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot, blocking,
+        overhead).
         A CPU-placed unit computed on the GPU for a large step (offload) is copied from where it lives. A copy from
         pageable memory does not overlap GPU compute (measured on the H200: the compute of the unit before it
         finished only after the copy; docs/validation.md), so it waits for the previous compute like a blocking copy."""
@@ -94,13 +95,14 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         cpu = p.compute == "cpu" and not offload
         load = GPU_LOAD if (not cpu and p.tier != "vram") else CPU_READ if (cpu and p.tier.startswith("disk")) else 0
         read = u.nbytes * (ratio if p.tier == "disk_compressed" else 1.0) if load and p.tier.startswith("disk") else 0.0
-        unpack = u.nbytes / unpack_speed if load and p.tier.endswith("compressed") else 0.0
+        unpack = unpack_time_s(u.nbytes, plan.codec) if load and p.tier.endswith("compressed") else 0.0
         staged = plan.pinned_staging and p.tier in STAGED_TIERS
         gpu_load = load == GPU_LOAD
         copy = copy_time_s(u.nbytes, machine, pinned=p.tier == "ram_pinned" or staged) if gpu_load else 0.0
         pinned = p.tier == "ram_pinned" or staged
         blocking = gpu_load and (not plan.overlap_copy or not pinned)
-        return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking
+        overhead = machine.engine.stream_overhead_s.get(p.tier, 0.0) if load else 0.0
+        return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
     rows = {False: [row(i, False) for i in range(len(units))]}
     order: list[tuple[int, int]] = []  # (unit, -1) or (first expert unit of a block, block)
@@ -122,6 +124,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         sch.copy_bytes.append(r[5])
         sch.pinned_slot.append(r[6])
         sch.blocking.append(r[7])
+        sch.overhead_s.append(r[8])
         sch.compute_s.append(comp)
         sch.gate.append(gate)
 

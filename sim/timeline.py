@@ -133,7 +133,7 @@ class Timeline:
                 yield req
                 t0 = self.env.now
                 self.c_start[i].succeed()
-                yield self.env.timeout(s.compute_s[i])
+                yield self.env.timeout(s.compute_s[i] + s.overhead_s[i])
                 self.record(i, "compute", dev, t0)
             if s.load[i] == GPU_LOAD:
                 yield self.vram_slots.put(1)

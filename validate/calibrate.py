@@ -266,12 +266,41 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool) -> 
     return meas
 
 
+def _in_engine(machine, folder: Path, quick: bool, meas: dict):
+    """Stage speeds timed inside the engine replace the microbenchmarks' at the unit's size (copy speeds are scaled
+    by size around the engine's point); then the per-item host cost is fitted. Returns (machine, overrides)."""
+    from sim.equations import copy_bytes_per_s
+    from sim.plan import Workload
+    from validate.engine_calibration import stage_speeds, stream_overheads
+    cuda = torch.cuda.is_available()
+    w = Workload(batch=1, prompt_tokens=16, new_tokens=4 if quick else 6)
+    st = stage_speeds(meas["config"], machine, folder / ".calib-stages", w)
+    meas["in_engine"] = st
+    over = {"storage.cache_read_bytes_per_s": st["cache_read_bytes_per_s"],
+            "storage.cold_read_bytes_per_s": min(st["cold_read_bytes_per_s"], st["cache_read_bytes_per_s"]),
+            "cpu.unpack_bytes_per_s_per_thread": {"zstd": st["unpack_bytes_per_s_per_thread"]}}
+    if cuda and machine.link.by_size:
+        nb = st["unit_nbytes"]
+        k_pin = st["pinned_copy_bytes_per_s"] / copy_bytes_per_s(nb, machine, pinned=True)
+        k_page = st["pageable_copy_bytes_per_s"] / copy_bytes_per_s(nb, machine, pinned=False)
+        over["link.by_size"] = [{"nbytes": p.nbytes, "pinned_bytes_per_s": p.pinned_bytes_per_s * k_pin,
+                                 "pageable_bytes_per_s": p.pageable_bytes_per_s * k_page} for p in machine.link.by_size]
+        over["link.pinned_h2d_bytes_per_s"] = st["pinned_copy_bytes_per_s"]
+        over["link.pageable_h2d_bytes_per_s"] = st["pageable_copy_bytes_per_s"]
+    machine = machine.with_overrides(**over)
+    oh = stream_overheads(meas["config"], machine, folder / ".calib-overhead", w)
+    meas["stream_overhead_s"] = oh
+    machine = machine.model_copy(update={"engine": machine.engine.model_copy(update={"stream_overhead_s": oh})})
+    return machine, over
+
+
 def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict:
     """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}. On a machine without CUDA the CPU
     plays the GPU: its grids are stored as the 'gpu' device, and the link is a host copy."""
     from hwmodels.profiles import ComputeGrid
     cuda = torch.cuda.is_available()
     meas = _measure(base, folder, config, quick, cuda)
+    meas["config"] = config
     m = load_machine(base)
     st, comp = meas["storage"], meas["compute"]
     measured_threads = sorted(int(k.split("_")[1][:-7]) for k in meas["codec"] if k.startswith("decode_"))
@@ -307,12 +336,14 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
                      "link.pageable_h2d_bytes_per_s": meas["memcpy_bytes_per_s"], "link.latency_s": 0.0,
                      "gpu.vram_bytes_per_s": m.cpu.memory_bytes_per_s, "storage.request_latency_s": 0.0,
                      "cpu.flops_per_s": over["gpu.bf16_flops_per_s"], "cpu.op_overhead_s": overhead})
-    machine = m.with_overrides(**over)
+    machine = m.with_overrides(**over).model_copy(update={"compute_grids": tuple(grids)})
+    machine, in_engine = _in_engine(machine, folder, quick, meas)
+    over.update(in_engine)
     stamp = f"[M] offloadsim calibrate {'--quick ' if quick else ''}on {platform.node()}, {datetime.date.today()}"
     sources = dict(machine.sources, **{k: stamp for k in over})
     sources["compute_grids"] = stamp + " (engine-timed grids per unit kind)"
-    machine = machine.model_copy(update={"name": f"{m.name}-calibrated", "sources": sources,
-                                         "compute_grids": tuple(grids)})
+    sources["engine.stream_overhead_s"] = stamp + " (fitted on a tiny model streamed by the engine)"
+    machine = machine.model_copy(update={"name": f"{m.name}-calibrated", "sources": sources})
     return {"machine": machine.model_dump(), "calibration": {
         "host": platform.node(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "method": "offloadsim calibrate: file reads after posix_fadvise(DONTNEED) (cold) and again (warm); numpy "
@@ -320,4 +351,4 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
                   "grids timed inside the engine (batch x prompt, batch x context; validate/compute_grid.py); CPU "
                   "decoder time beside copies (contention); roofline fallback fitted from a synchronised layer",
         "base_preset": base, "cuda": cuda, "torch": torch.__version__,
-        "measurements": {k: v for k, v in meas.items() if k != "grids"}}}
+        "measurements": {k: v for k, v in meas.items() if k not in ("grids", "config")}}}

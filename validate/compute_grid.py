@@ -43,22 +43,26 @@ def unit_tensor_shapes(config: dict, kind: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def random_blobs(config: dict, shape, gen_device: str) -> dict[str, tuple[torch.Tensor, list[dict]]]:
-    """unit -> (flat uint8 host tensor, layout) with random bf16 weights (std 0.02; norms near 1)."""
-    from validate.store import _layout
+def random_tensors(config: dict, shape, gen_device: str) -> dict[str, dict[str, torch.Tensor]]:
+    """unit -> {tensor name: random bf16 host tensor} (std 0.02; norms near 1)."""
     out = {}
     g = torch.Generator(device=gen_device).manual_seed(0)
     for u in shape.units:
         tensors = {}
         for name, shp in unit_tensor_shapes(config, u.kind).items():
             t = torch.randn(shp, generator=g, device=gen_device, dtype=torch.float32)
-            t = (1.0 + 0.02 * t) if len(shp) == 1 else 0.02 * t
-            tensors[name] = t.to(torch.bfloat16).cpu()
+            tensors[name] = ((1.0 + 0.02 * t) if len(shp) == 1 else 0.02 * t).to(torch.bfloat16).cpu()
+        out[u.name] = tensors
+    return out
+
+
+def random_blobs(config: dict, shape, gen_device: str) -> dict[str, tuple[torch.Tensor, list[dict]]]:
+    """unit -> (flat uint8 host tensor, layout), as the layer store would hold it."""
+    from validate.store import _blob, _layout
+    out = {}
+    for name, tensors in random_tensors(config, shape, gen_device).items():
         layout, size = _layout(tensors)
-        blob = torch.zeros(size, dtype=torch.uint8)
-        for e in layout:
-            blob[e["offset"]:e["offset"] + e["nbytes"]] = tensors[e["name"]].contiguous().view(torch.uint8).flatten()
-        out[u.name] = (blob, layout)
+        out[name] = (torch.from_numpy(_blob(tensors, layout, size)), layout)
     return out
 
 

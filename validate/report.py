@@ -41,8 +41,9 @@ def err(pred: float, meas: float) -> float:
 def exactness(ref: RunResult, run: RunResult) -> dict:
     same_tokens = torch.equal(ref.tokens, run.tokens)
     same_logits = all(torch.equal(a, b) for a, b in zip(ref.logits, run.logits))
-    diff = max(float((a - b).abs().max()) for a, b in zip(ref.logits, run.logits))
-    return {"tokens_identical": same_tokens, "logits_bit_identical": same_logits, "max_abs_logit_diff": diff}
+    steps = [float((a - b).abs().max()) for a, b in zip(ref.logits, run.logits)]
+    return {"tokens_identical": same_tokens, "logits_bit_identical": same_logits, "max_abs_logit_diff": max(steps),
+            "per_step_max_abs_diff": steps}
 
 
 def overlay_gantt(pred: list[Event], meas: list[Event], path: Path, title: str) -> None:

@@ -21,9 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationErr
 
 from hwmodels.units import InputError
 from sim.plan import write_atomic
+from sim.equations import CHUNK_BYTES
 from sim.shapes import ModelShape
 
-CHUNK = 4 * 2**20
+CHUNK = CHUNK_BYTES
 DTYPES = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "torch.float32": torch.float32}
 
 
@@ -102,12 +103,17 @@ def check_store(store: Path, shape: ModelShape) -> StoreIndex:
 def build_store(checkpoint: Path, shape: ModelShape, out: Path, compress: bool = True, level: int = 3,
                 threads: int = 4) -> dict:
     """Write `<unit>.raw.safetensors` (and `<unit>.zst.safetensors`) for every unit, plus store.json."""
+    return write_store(unit_tensors(checkpoint, shape).items(), out, compress, level, threads)
+
+
+def write_store(units, out: Path, compress: bool = True, level: int = 3, threads: int = 4) -> dict:
+    """The store of `units`, an iterable of (unit name, {tensor name: tensor})."""
     import zstandard
 
     out.mkdir(parents=True, exist_ok=True)
     pool = ThreadPoolExecutor(threads)
     index = {"units": {}}
-    for name, tensors in unit_tensors(checkpoint, shape).items():
+    for name, tensors in units:
         if not tensors:
             raise InputError(f"checkpoint: no tensors found for unit {name!r}; is this checkpoint the model's?")
         layout, size = _layout(tensors)
