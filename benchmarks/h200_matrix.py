@@ -23,10 +23,10 @@ import torch
 GiB = 2**30
 # Real shapes of four public models (hidden, MLP, heads, KV heads, head dim, vocab), fewer layers.
 ARCHS = {
-    "llama-8b": ("llama-3.1-8b", dict(num_hidden_layers=6)),
+    "llama-8b": ("llama-3.1-8b", dict(num_hidden_layers=4)),
     "llama-1b": ("llama-3.1-8b", dict(num_hidden_layers=8, hidden_size=2048, intermediate_size=8192,
                                       num_attention_heads=32, num_key_value_heads=8, head_dim=64)),
-    "qwen3-14b": ("qwen3-14b", dict(num_hidden_layers=6)),
+    "qwen3-14b": ("qwen3-14b", dict(num_hidden_layers=4)),
     "qwen3-4b": ("qwen3-14b", dict(num_hidden_layers=8, hidden_size=2560, intermediate_size=9728,
                                    num_attention_heads=32, num_key_value_heads=8, head_dim=128)),
 }
@@ -62,7 +62,6 @@ def cases(shape, machine, budgets_of, codec):
         ("stream pageable RAM", stream({n: "ram_pageable" for n in dec}, "stream-pageable"), big, False, 1, 2048),
         ("stream compressed RAM", stream({n: "ram_compressed" for n in dec}, "stream-compressed"), big, False, 16, 32),
         ("stream disk raw cold", stream({n: "disk_raw" for n in dec}, "stream-disk"), big, True, 1, 512),
-        ("stream disk raw warm", stream({n: "disk_raw" for n in dec}, "stream-disk"), big, False, 4, 32),
         ("stream disk compressed cold", stream({n: "disk_compressed" for n in dec}, "stream-disk-zst"), big, True, 4, 2048),
         ("pinned budget < streamed set", stream({n: "ram_pinned" if k < half else "ram_pageable" for k, n in enumerate(dec)},
                                                 "pinned-half"), big, False, 16, 512),
@@ -70,14 +69,15 @@ def cases(shape, machine, budgets_of, codec):
     w1 = Workload(batch=1, prompt_tokens=32, new_tokens=4)
     b_small = budgets_of(vram=min_vram_bytes(shape, w1) + int(0.4 * total))
     out.append(("llamacpp-like CPU compute", POLICIES["llamacpp"](shape, machine, w1, b_small), b_small, False, 1, 32))
-    out.append(("CPU decoders, resident ends", stream({n: "ram_pageable" for n in dec}, "cpu-decoders", cpu=True), big,
-                False, 4, 32))
     for frac, (b, p) in zip((0.0, 0.35, 0.6, 0.85), ((1, 512), (4, 32), (16, 2048), (1, 2048))):
         w = Workload(batch=b, prompt_tokens=p, new_tokens=4)
         vram = max(min_vram_bytes(shape, w) + 3 * max(u.nbytes for u in shape.units), int(frac * total))
         bud = budgets_of(vram=vram)
         rep = plan_with_report(shape, machine, w, bud, confirm=False, allow_cpu=False)
         out.append((f"planner {vram / GiB:.2f}GiB", rep.plan, bud, False, b, p))
+    out.append(("stream disk raw warm", stream({n: "disk_raw" for n in dec}, "stream-disk"), big, False, 4, 32))
+    out.append(("CPU decoders, resident ends", stream({n: "ram_pageable" for n in dec}, "cpu-decoders", cpu=True), big,
+                False, 4, 32))
     return out
 
 
@@ -101,7 +101,7 @@ TINY = dict(num_hidden_layers=4, hidden_size=256, intermediate_size=512, num_att
 
 
 def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tokens: int, tiny: bool,
-             limit: int | None) -> None:
+             limit: int | None, repeats: int = 0) -> None:
     from hwmodels.presets import load_machine
     from sim.equations import machine_codec
     from sim.models import load_model
@@ -154,7 +154,9 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
     again = resident.run(Workload(batch=4, prompt_tokens=512, new_tokens=new_tokens))
     entry["resident_repeat"] = exactness(reference(4, 512), again)
     log(arch, "transformers", entry["transformers"], "repeat", entry["resident_repeat"])
-    for label, plan, budgets, cold, b, p in cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec)[:limit]:
+    todo = cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec)[:limit]
+    todo += [(f"{c[0]} (repeat)",) + c[1:] for c in todo if not c[3]][:repeats]  # fresh engines: the spread
+    for label, plan, budgets, cold, b, p in todo:
         if time.perf_counter() > deadline:
             entry["runs"].append({"label": label, "skipped": "deadline"})
             continue
@@ -193,7 +195,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/offloadsim-matrix")
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=540, help="stop starting runs after this many seconds")
-    ap.add_argument("--new-tokens", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=6)
     ap.add_argument("--tiny", action="store_true", help="small shapes on whatever device there is (a smoke test)")
     a = ap.parse_args()
     out = Path(a.out)
@@ -206,10 +208,11 @@ def main() -> None:
         tmp.write_text(json.dumps(result, indent=1, default=float))
         tmp.replace(out)
     deadline = T0 + a.budget_s
-    for spec in a.archs.split(","):  # NAME or NAME:N (only the first N plans, e.g. a repeat for the spread)
-        arch, _, n = spec.partition(":")
+    for spec in a.archs.split(","):  # NAME[:N[:R]]: only the first N plans; then R of them again in fresh engines
+        arch, n, r = (spec.split(":") + ["", ""])[:3]
         try:
-            run_arch(arch, Path(a.work), result, save, deadline, a.new_tokens, a.tiny, int(n) if n else None)
+            run_arch(arch, Path(a.work), result, save, deadline, a.new_tokens, a.tiny, int(n) if n else None,
+                     int(r) if r else 0)
         except Exception as exc:
             result["archs"].append({"arch": arch, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
             log(arch, "FAILED", exc)

@@ -75,12 +75,12 @@ def summarize(files: list[str]) -> dict:
     gpu = [r for r in rows if r["gpu_only"]]
     by_key = defaultdict(list)
     for r in rows:
-        by_key[(r["arch"], r["label"], r["batch"], r["prompt"])].append(r)
+        by_key[(r["arch"], r["label"].replace(" (repeat)", ""), r["batch"], r["prompt"])].append(r)
     spread = [{"arch": k[0], "label": k[1], "batch": k[2], "prompt": k[3],
                "tpot_meas_s": [r["tpot_meas_s"] for r in v],
                "spread_pct": (max(r["tpot_meas_s"] for r in v) - min(r["tpot_meas_s"] for r in v))
                / float(np.mean([r["tpot_meas_s"] for r in v])) * 100}
-              for k, v in by_key.items() if len({r["file"] for r in v}) > 1]
+              for k, v in by_key.items() if len(v) > 1]
     return {"files": [Path(f).name for f in files], "runs": len(rows),
             "time_per_token": stats(rows, "tpot"), "ttft": stats(rows, "ttft"), "compute_stage": stats(rows, "compute"),
             "load": stats([r for r in rows if r["cold"]], "load") if any(r["cold"] for r in rows) else None,

@@ -86,7 +86,10 @@ def decoder_layer(x: torch.Tensor, w: dict[str, torch.Tensor], arch: Arch, cache
     cache.k[:, :, start:start + s] = k
     cache.v[:, :, start:start + s] = v
     keys, values = cache.k[:, :, :start + s], cache.v[:, :, :start + s]
-    attn = F.scaled_dot_product_attention(q, keys, values, is_causal=(start == 0 and s > 1), enable_gqa=True)
+    if arch.heads != arch.kv_heads:  # expanded K/V let SDPA pick its fused kernel (with GQA heads it falls back to
+        rep = arch.heads // arch.kv_heads  # the math kernel: S x S scores in memory, allocator-bound timings)
+        keys, values = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
+    attn = F.scaled_dot_product_attention(q, keys, values, is_causal=(start == 0 and s > 1))
     x = x + F.linear(attn.transpose(1, 2).reshape(b, s, -1), w["self_attn.o_proj.weight"])
     h = rms_norm(x, w["post_attention_layernorm.weight"], arch.eps)
     gate = F.silu(F.linear(h, w["mlp.gate_proj.weight"])) * F.linear(h, w["mlp.up_proj.weight"])
