@@ -19,6 +19,8 @@ KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu")
 
 def parse_vary(items: list[str]) -> dict[str, list[str]]:
     """['storage=sata,nvme-gen4', 'vram=8GiB,16GiB'] -> {'storage': [...], 'vram': [...]}, checked."""
+    example = {"storage": "sata,nvme-gen4", "vram": "8GiB,16GiB", "ram": "32GiB,64GiB", "link": "pcie3,pcie4",
+               "cpu": "laptop-8core,desktop-8core", "gpu": "rtx4090,rtx5090"}
     out: dict[str, list[str]] = {}
     for item in items:
         key, _, values = item.partition("=")
@@ -26,6 +28,8 @@ def parse_vary(items: list[str]) -> dict[str, list[str]]:
         if key not in KEYS or not values:
             raise InputError(f"vary: {item!r} is not KEY=v1,v2 with KEY one of {', '.join(KEYS)}; e.g. storage=sata,nvme-gen4.")
         vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not vals:
+            raise InputError(f"vary: {item!r} names no value for {key}; give at least one, e.g. {key}={example[key]}.")
         for v in vals:
             _check(key, v)
         out[key] = vals

@@ -1,17 +1,21 @@
 """whatif and pareto from the command line: grids, ranking, figures, bad input."""
 import json
 
+import pytest
+
+from hwmodels.units import InputError
 from offloadsim.cli import main
+from planner.whatif import parse_vary
 
 
 def test_whatif_grid_and_ranking(capsys, tmp_path):
     rc = main(["whatif", "qwen3-14b", "--machine", "rtx3080-laptop", "--vary", "link=pcie4,pcie3,pcie5",
-               "--vary", "vram=4GiB,8GiB", "--json", "--workers", "1", "--plot", str(tmp_path / "w.png")])
+               "--vary", "vram=4GiB,6GiB", "--json", "--workers", "1", "--plot", str(tmp_path / "w.png")])
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and len(data["rows"]) == 6
     ups = {u["change"]: u["speedup"] for u in data["upgrades"]}
-    assert set(ups) == {"link=pcie3", "link=pcie5", "vram=8GiB"}
-    assert ups["vram=8GiB"] >= 1.0 and ups["link=pcie3"] <= 1.0 + 1e-9  # more VRAM never slower, a slower link never faster
+    assert set(ups) == {"link=pcie3", "link=pcie5", "vram=6GiB"}  # both VRAM values fit the 7.45 GiB GPU
+    assert ups["vram=6GiB"] >= 1.0 and ups["link=pcie3"] <= 1.0 + 1e-9  # more VRAM never slower, a slower link never faster
     assert list(ups.values()) == sorted(ups.values(), reverse=True)
     assert (tmp_path / "w.png").stat().st_size > 1000
 
@@ -21,6 +25,11 @@ def test_whatif_bad_vary(capsys):
     assert rc == 2 and "vary: 'disk=fast'" in capsys.readouterr().err
     rc = main(["whatif", "qwen3-14b", "--vary", "storage=floppy"])
     assert rc == 2 and "unknown name 'floppy'" in capsys.readouterr().err
+
+
+def test_parse_vary_refuses_an_empty_value_list():
+    with pytest.raises(InputError, match=r"vary: 'storage=,' names no value for storage; .* e\.g\. storage=sata"):
+        parse_vary(["storage=,"])
 
 
 def test_pareto(capsys, tmp_path):
