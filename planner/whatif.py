@@ -52,9 +52,13 @@ def variant(machine: MachineSpec, combo: dict[str, str]) -> tuple[MachineSpec, d
     for key, v in combo.items():
         if key in ("storage", "cpu", "gpu"):
             update[key] = get_part(key, v)[0]
-        elif key == "link":
-            gen, _ = parse_link(v)
-            update["link"] = get_part("link", f"pcie{gen}x16")[0]
+        elif key == "link":  # the generation's x16 preset, its speeds scaled by lanes/16 (pageable: at most that)
+            gen, lanes = parse_link(v)
+            base = get_part("link", f"pcie{gen}x16")[0]
+            pinned = base.pinned_h2d_bytes_per_s * lanes / 16
+            update["link"] = base.model_copy(update={"name": f"pcie{gen}x{lanes}", "lanes": lanes,
+                                                     "pinned_h2d_bytes_per_s": pinned,
+                                                     "pageable_h2d_bytes_per_s": min(base.pageable_h2d_bytes_per_s, pinned)})
         elif key == "ram":
             ram = parse_bytes(v, "ram")
             update["host_memory"] = machine.host_memory.model_copy(update={"capacity_bytes": max(ram, 1)})

@@ -49,3 +49,15 @@ def test_sweep_arguments_refused_with_one_sentence(capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert match in err and "Traceback" not in err
+
+
+def test_whatif_link_lanes_change_the_copy_speed():
+    """Modelling bug 4: pcie4x1 was planned as pcie4x16. A x1 link has 1/16 of the x16 preset's pinned speed."""
+    from hwmodels.presets import load_machine
+    from planner.whatif import variant
+    m = load_machine("rtx3080-laptop")
+    x16, _ = variant(m, {"link": "pcie4x16"})
+    x1, _ = variant(m, {"link": "pcie4x1"})
+    assert x1.link.pinned_h2d_bytes_per_s == x16.link.pinned_h2d_bytes_per_s / 16
+    assert x1.link.pageable_h2d_bytes_per_s <= x1.link.pinned_h2d_bytes_per_s
+    assert x1.link.lanes == 1 and x16.link.lanes == 16
