@@ -32,7 +32,7 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
         raise Unsupported("the fast evaluator models one disk reader; parallel readers need the SimPy timeline")
     n = len(sch)
     load = sch.load
-    read_b, unpack_s, copy_s, comp_s, gate, unit = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s + sch.overhead_s, sch.gate, sch.unit
+    read_b, unpack_s, copy_s, comp_s, gate = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s + sch.overhead_s, sch.gate
     lat, cold, warm = sch.read_latency_s, sch.cold_bytes_per_s, sch.cache_bytes_per_s
     d = prefetch_depth
     blocking = sch.blocking if overlap_copy else (sch.load == GPU_LOAD)
@@ -52,18 +52,54 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
     if len(gpu_loads) > vram_slots:
         vram_src[gpu_loads[vram_slots:]] = gpu_loads[:-vram_slots]
     host = (read_b > 0) | sch.pinned_slot
-    # page-cache hits depend only on the order of reads, which is the item order here
-    cache = PageCache(sch.cache_capacity_bytes, sch.warm_keys)
-    hit = np.zeros(n, dtype=np.bool_)
-    reads = np.flatnonzero(read_b > 0)
-    for i, u, b in zip(reads.tolist(), unit[reads].tolist(), read_b[reads].tolist()):
-        hit[i] = cache.access(u, b)
-    c_start, c_end, ready = _recurrence(load, host, read_b, hit, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src,
+    found, hits, misses = cache_found(sch)
+    c_start, c_end, ready = _recurrence(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src,
                                         d, blocking, lat, cold, warm)
-    return FastResult(c_start, c_end, ready, cache.hits, cache.misses)
+    return FastResult(c_start, c_end, ready, hits, misses)
 
 
-def _recurrence_py(load, host, read_b, hit, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src, d, blocking,
+def cache_found(sch: Schedule) -> tuple[np.ndarray, int, int]:
+    """Bytes of each item's read found in the page cache (0 for no read), hits and misses. They depend only on the
+    order of reads, which is the item order here. Without a page cache every read is cold; when every unit read fits
+    at once nothing is evicted, so a read finds what the warm start or the unit's earlier reads brought in."""
+    read_b = sch.read_bytes
+    reads = np.flatnonzero(read_b > 0)
+    found = np.zeros(len(sch))
+    if sch.cache_capacity_bytes <= 0:
+        return found, 0, len(reads)
+    units, nbytes = sch.unit[reads], read_b[reads]
+    warm_u = np.array([k for k, *_ in sch.warm_keys], dtype=np.int64)
+    warm_b = np.array([b for _, b, *_ in sch.warm_keys], dtype=np.float64)
+    keys = np.concatenate([warm_u, units])
+    uniq, inv = np.unique(keys, return_inverse=True)
+    most = np.zeros(len(uniq))
+    np.maximum.at(most, inv.reshape(-1), np.concatenate([warm_b, nbytes]))
+    if most.sum() * (1 + 1e-9) <= sch.cache_capacity_bytes:  # the margin covers the order of summation
+        before = _resident_before(inv.reshape(-1), np.concatenate([warm_b, nbytes]))[len(warm_u):]
+        found[reads] = np.minimum(before, nbytes)
+    else:
+        found[reads] = PageCache(sch.cache_capacity_bytes, sch.warm_keys).read_many(units, nbytes)
+    hit = found[reads] >= nbytes
+    return found, int(hit.sum()), int(len(reads) - hit.sum())
+
+
+def _resident_before(key: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """For each entry, the largest `nbytes` of the same key before it (0 for its first): what an LRU that never
+    evicts holds of that key. Exact: the running maximum runs over value ranks offset by key, in integers."""
+    order = np.lexsort((np.arange(len(key)), key))
+    vals, rank = np.unique(nbytes, return_inverse=True)
+    rank = rank.reshape(-1)[order] + 1                    # 0 stands for "nothing yet"
+    k = key[order]
+    offset = k.astype(np.int64) * (len(vals) + 1)
+    run = np.maximum.accumulate(rank + offset) - offset   # inclusive running max within each key
+    prev = np.zeros(len(key), dtype=np.int64)
+    prev[1:] = np.where(k[1:] == k[:-1], run[:-1], 0)
+    out = np.empty(len(key))
+    out[order] = np.concatenate([[0.0], vals])[prev]
+    return out
+
+
+def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src, d, blocking,
                    lat, cold, warm):
     """The pipeline as a max-plus recurrence, item by item (compiled by numba when it is installed)."""
     n = len(load)
@@ -94,8 +130,8 @@ def _recurrence_py(load, host, read_b, hit, unpack_s, copy_s, comp_s, gate, pf, 
                 if j >= 0 and ready[j] > t:  # a pinned slot frees when its holder's copy ends
                     t = ready[j]
                 rb = read_b[i]
-                if rb > 0:
-                    t += lat + rb / (warm if hit[i] else cold)
+                if rb > 0:                   # the resident part at the cache speed, the rest from storage
+                    t += lat + found[i] / warm + (rb - found[i]) / cold
                 reader_free = t
             u = unpack_s[i]
             if u > 0:
@@ -133,4 +169,5 @@ except ImportError:  # pragma: no cover - numba is a dependency; the plain loop 
 def warm_up() -> None:
     """Compile (or load from numba's cache) the recurrence now, so a caller's time budget is spent on work."""
     i, b, f = np.zeros(1, np.int64), np.zeros(1, np.bool_), np.zeros(1)
-    _recurrence(i, b, f, b, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0)
+    _recurrence(i, b, f, f, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0)
+    PageCache(1.0, [(0, 1.0, True)]).read_many(i, f + 2.0)

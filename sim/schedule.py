@@ -13,6 +13,7 @@ from hwmodels.specs import MachineSpec
 from sim.compute import compute_sources, cpu_compute_s, gpu_compute_s
 from sim.equations import STAGED_TIERS, copy_time_s, unpack_time_s
 from sim.memory import MemoryUse, check_plan
+from sim.pagecache import PageCache
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
 from sim.shapes import ModelShape
@@ -45,7 +46,7 @@ class Schedule:
     cold_bytes_per_s: float = 1.0
     cache_bytes_per_s: float = 1.0
     cache_capacity_bytes: float = 0.0
-    warm_keys: list[tuple[int, float]] = field(default_factory=list)  # (unit, bytes) preloaded LRU order, oldest first
+    warm_keys: list[tuple] = field(default_factory=list)  # (unit, bytes, active) in the page cache at start, oldest first
     memory: MemoryUse | None = None
     compute_sources: dict[str, str] = field(default_factory=dict)  # unit kind@device -> 'profile' or 'roofline'
 
@@ -168,17 +169,12 @@ def _contend(sch: Schedule, first: int, factor: float) -> None:
             sch.compute_s[i] *= factor
 
 
-def _warm_contents(sch: Schedule) -> list[tuple[int, float]]:
-    """What a previous identical run left in the LRU page cache: its most recent reads that fit, oldest first."""
-    seen: dict[int, float] = {}
-    unit, read = list(sch.unit), list(sch.read_bytes)
-    for i in range(len(unit) - 1, -1, -1):
-        if read[i] > 0 and unit[i] not in seen:
-            seen[unit[i]] = read[i]
-    kept, used = [], 0.0
-    for ui, nb in seen.items():  # most recent first
-        if used + nb > sch.cache_capacity_bytes:
-            break
-        kept.append((ui, nb))
-        used += nb
-    return kept[::-1]
+def _warm_contents(sch: Schedule) -> list[tuple[int, float, bool]]:
+    """What a previous identical run left in the page cache: its reads, in item order, replayed through an empty
+    PageCache of this capacity; (unit, resident bytes, active) oldest first."""
+    read = np.asarray(sch.read_bytes, dtype=np.float64)
+    reads = np.flatnonzero(read > 0)
+    c = PageCache(sch.cache_capacity_bytes)
+    if sch.cache_capacity_bytes > 0 and len(reads):
+        c.read_many(np.asarray(sch.unit, dtype=np.int64)[reads], read[reads])
+    return c.contents()

@@ -74,10 +74,12 @@ class Timeline:
             with self.storage.request() as req:
                 yield req
                 t0 = self.env.now
-                hit = self.cache.access(s.unit[i], s.read_bytes[i])
-                speed = s.cache_bytes_per_s if hit else s.cold_bytes_per_s
-                yield self.env.timeout((s.read_latency_s + s.read_bytes[i] / speed) * self.readers)
-                self.record(i, "read", "storage", t0, s.read_bytes[i], "cache" if hit else "cold")
+                nbytes = s.read_bytes[i]
+                found = self.cache.read(s.unit[i], nbytes)  # resident bytes at the cache speed, the rest from disk
+                cold = (nbytes - found) / s.cold_bytes_per_s
+                yield self.env.timeout(s.read_latency_s + found / s.cache_bytes_per_s + cold)
+                detail = "cache" if found >= nbytes else "cold" if found == 0 else "partial"
+                self.record(i, "read", "storage", t0, nbytes, detail)
             self.read_done[i].succeed()
 
     def unpack(self):

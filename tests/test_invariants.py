@@ -107,3 +107,12 @@ def test_warm_page_cache_is_never_slower(case):
 def test_identical_inputs_identical_traces(case):
     model, plan, w, b = case
     assert simulate(model, TOY, plan, w, b).events == simulate(model, TOY, plan, w, b).events
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(), st.sampled_from([2, 4]))
+def test_more_disk_readers_are_never_slower(case, readers):
+    model, plan, w, b = case
+    one = simulate(model, TOY, plan, w, b)
+    many = simulate(model, TOY, plan.model_copy(update={"reader_threads": readers}), w, b)
+    assert many.summary["total_s"] <= one.summary["total_s"] * (1 + 1e-12)

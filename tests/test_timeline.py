@@ -110,3 +110,32 @@ def test_big_steps_copy_cpu_layers_from_where_they_live(toy_machine):
         assert [e.token for e in copies] == [0, 0, 0]  # the 4-token prefill only
         assert [e.duration_s for e in copies] == pytest.approx([nb / speed for nb in (4, 8, 2)])
         assert {e.resource for e in res.events if e.stage == "compute" and e.token == 1} == {"cpu"}
+
+
+def test_partial_page_cache_hit_reads_the_rest_from_disk(toy_machine):
+    """An 8-byte unit in a 4-byte page cache: token 0 reads it cold (8 s) and leaves its last 4 bytes resident;
+    token 1 finds them: 4 B at 4 B/s + 4 B at 1 B/s = 5 s, labelled "partial"."""
+    m = toy_model(sizes=(8,))
+    two = Workload(batch=1, prompt_tokens=1, new_tokens=2)
+    budgets = Budgets(vram_bytes=100, ram_bytes=8 + 4, pinned_bytes=8)  # one 8-byte pinned slot, 4 B of page cache
+    res = simulate(m, toy_machine, toy_plan(m, "disk_raw", prefetch_depth=0, vram_slots=1, pinned_slots=1), two, budgets)
+    reads = [(e.token, e.start_s, e.end_s, e.detail) for e in res.events if e.stage == "read"]
+    assert reads == [(0, 0.0, 8.0, "cold"), (1, pytest.approx(12.8), pytest.approx(17.8), "partial")]
+    assert res.summary["time_per_token_s"] == pytest.approx(5 + 8 / 2 + 8 / 10)  # read + copy at 2 B/s + compute
+
+
+@pytest.mark.parametrize("readers", [1, 2, 4])
+def test_parallel_readers_each_read_at_its_own_time(toy_machine, readers):
+    """With depth 3 every load may start at once. One reader: l0 0-4, l1 4-12, l2 12-14 (cold, 1 B/s). Two: l0 and
+    l1 start together, l2 follows l0 on its reader (4-6). Four: all three at 0. No read takes longer for sharing."""
+    m = toy_model()
+    plan = toy_plan(m, "disk_raw", prefetch_depth=3, vram_slots=3, pinned_slots=3, reader_threads=readers)
+    budgets = Budgets(vram_bytes=100, ram_bytes=24, pinned_bytes=24)  # 3 pinned slots of 8 B, no page cache
+    res = simulate(m, toy_machine, plan, ONE, budgets)
+    reads = sorted((e.unit, e.start_s, e.end_s) for e in res.events if e.stage == "read")
+    expected = {1: [("l0", 0.0, 4.0), ("l1", 4.0, 12.0), ("l2", 12.0, 14.0)],
+                2: [("l0", 0.0, 4.0), ("l1", 0.0, 8.0), ("l2", 4.0, 6.0)],
+                4: [("l0", 0.0, 4.0), ("l1", 0.0, 8.0), ("l2", 0.0, 2.0)]}
+    assert reads == expected[readers]
+    one_reader = simulate(m, toy_machine, plan.model_copy(update={"reader_threads": 1}), ONE, budgets)
+    assert res.summary["total_s"] <= one_reader.summary["total_s"]
