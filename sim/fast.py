@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.pagecache import PageCache
+from sim.pipeline import rules
 from sim.schedule import GPU_LOAD, Schedule
 
 
@@ -35,22 +36,8 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
     read_b, unpack_s, copy_s, comp_s, gate = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s + sch.overhead_s, sch.gate
     lat, cold, warm = sch.read_latency_s, sch.cold_bytes_per_s, sch.cache_bytes_per_s
     d = prefetch_depth
-    blocking = sch.blocking if overlap_copy else (sch.load == GPU_LOAD)
-    # which earlier item frees what this one waits for: the prefetch window, a pinned slot, a VRAM slot
-    lo = load
-    loads = np.flatnonzero(lo)
-    pf = np.full(n, -1)
-    if d >= 1 and len(loads) > d:
-        pf[loads[d:]] = loads[:-d]
-    pins = np.flatnonzero(sch.pinned_slot)
-    P = max(pinned_slots, 1)
-    pin_src = np.full(n, -1)
-    if len(pins) > P:
-        pin_src[pins[P:]] = pins[:-P]
-    gpu_loads = np.flatnonzero(lo == GPU_LOAD)
-    vram_src = np.full(n, -1)
-    if len(gpu_loads) > vram_slots:
-        vram_src[gpu_loads[vram_slots:]] = gpu_loads[:-vram_slots]
+    r = rules(sch, prefetch_depth, overlap_copy, vram_slots, pinned_slots)
+    blocking, pf, pin_src, vram_src = r.blocking, r.window, r.pin_from, r.vram_from
     host = (read_b > 0) | sch.pinned_slot
     found, hits, misses = cache_found(sch)
     c_start, c_end, ready = _recurrence(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import simpy
 
 from sim.events import Event
+from sim.pipeline import rules
 from sim.pagecache import PageCache
 from sim.schedule import CPU_READ, GPU_LOAD, Schedule
 
@@ -18,8 +19,9 @@ class Timeline:
 
     def __init__(self, sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots: int, pinned_slots: int,
                  reader_threads: int = 1):
+        self.rules = rules(sch, prefetch_depth, overlap_copy, vram_slots, pinned_slots)
+        self.blocking = self.rules.blocking.tolist()
         self.sch = _Columns(sch)
-        self.depth, self.overlap = prefetch_depth, overlap_copy
         self.env = env = simpy.Environment()
         self.storage = simpy.Resource(env, capacity=reader_threads)
         self.readers = reader_threads
@@ -41,14 +43,12 @@ class Timeline:
         self.events: list[Event] = []
 
     def gate_events(self, k: int) -> list[simpy.Event]:
-        """What must happen before the k-th load may start: the prefetch window and the router."""
+        """What must happen before the k-th load may start: the prefetch window and the router (sim/pipeline.py)."""
         i = self.loads[k]
-        evs = []
-        if self.depth == 0:
-            if i > 0:
-                evs.append(self.c_end[i - 1])
-        elif k - self.depth >= 0:
-            evs.append(self.c_start[self.loads[k - self.depth]])
+        r = self.rules
+        evs = [self.c_end[r.after[i]]] if r.after[i] >= 0 else []
+        if r.window[i] >= 0:
+            evs.append(self.c_start[r.window[i]])
         g = self.sch.gate[i]
         if g >= 0:
             evs.append(self.c_end[g])
@@ -110,7 +110,7 @@ class Timeline:
             if s.load[i] == CPU_READ:
                 self.ready[i].succeed()
                 continue
-            if (s.blocking[i] or not self.overlap) and i > 0:
+            if self.blocking[i] and i > 0:
                 yield self.c_end[i - 1]
             yield self.vram_slots.get(1)
             with self.copy_engine.request() as req:

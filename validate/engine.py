@@ -22,6 +22,7 @@ import torch
 from hwmodels.specs import MachineSpec
 from sim.equations import STAGED_TIERS
 from sim.events import Event
+from sim.pipeline import rules
 from sim.plan import Budgets, Plan, Workload
 from sim.schedule import CPU_READ, GPU_LOAD, build_schedule
 from sim.shapes import ModelShape
@@ -152,7 +153,9 @@ class Engine:
         n = len(sch)
         units, steps = sch.unit.tolist(), sch.step.tolist()
         load, read_b, unpack_s, pin = sch.load.tolist(), sch.read_bytes.tolist(), sch.unpack_s.tolist(), sch.pinned_slot.tolist()
-        on_cpu, blocking = sch.on_cpu.tolist(), (sch.blocking | (sch.load == GPU_LOAD) * (not self.plan.overlap_copy)).tolist()
+        p = self.plan
+        r = rules(sch, p.prefetch_depth, p.overlap_copy, p.vram_slots, p.pinned_slots)
+        on_cpu, blocking, window, after = sch.on_cpu.tolist(), r.blocking.tolist(), r.window.tolist(), r.after.tolist()
         comp_end: list = [None] * n     # CUDA event at the end of each GPU compute
         names = [u.name for u in self.shape.units]
         if prompt is None:
@@ -191,13 +194,12 @@ class Engine:
         errors: list[BaseException] = []
         sync_each = (d == 0 or not self.plan.overlap_copy) and any(x == GPU_LOAD for x in load)
 
-        def gate(k: int) -> None:
+        def gate(k: int) -> None:  # the simulator's rules (sim/pipeline.py): prefetch window, depth 0, router
             i = loads[k]
-            if d == 0:
-                if i > 0:
-                    finished[i - 1].wait()
-            elif k >= d:
-                started[loads[k - d]].wait()
+            if after[i] >= 0:
+                finished[after[i]].wait()
+            if window[i] >= 0:
+                started[window[i]].wait()
             if sch.gate[i] >= 0:
                 finished[int(sch.gate[i])].wait()
 
