@@ -67,6 +67,8 @@ class GpuSpec(Spec):
     bf16_flops_per_s: PositiveFloat = Field(description="Dense BF16 (FP16 where no BF16) tensor FLOP/s.")
     kernel_overhead_s: NonNegativeFloat = Field(description="Launch and scheduling overhead per kernel.")
     pcie_generation: int = Field(ge=3, le=6, description="PCIe generation of the card.")
+    pcie_lanes: int | None = Field(default=None, ge=1, le=16, description="PCIe lanes of the card when fewer than 16 "
+                                   "(laptop and entry cards); None: x16.")
     measured_h2d_bytes_per_s: PositiveFloat | None = Field(
         default=None, description="A published pinned host-to-device measurement on this card's link, if any.")
 
@@ -89,6 +91,8 @@ class EngineSpec(Spec):
     stream_overhead_s: dict[str, NonNegativeFloat] = Field(
         default_factory=dict, description="Extra compute-lane seconds per streamed item, by tier: the stage threads' "
         "hand-offs and bookkeeping that delay the compute thread. Absent: 0 (an ideal engine).")
+    stream_startup_s: NonNegativeFloat = Field(default=0.0, description="Seconds a run that streams loses before its "
+                                               "first load is ready (starting the stage threads); 0: an ideal engine.")
 
 
 class MachineSpec(Spec):

@@ -41,6 +41,18 @@ def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
              f"({s['page_cache_hits']} hits, {s['page_cache_misses']} misses)",
              "critical path        " + ", ".join(f"{k} {v:.3f} s" for k, v in sorted(crit.items(), key=lambda kv: -kv[1])),
              f"events               {s['events']}"]
+    load = s.get("load")
+    if load:
+        lines.insert(3, f"load before 1st token{load['total_s']:10.4f} s   (reads {load['read_s']:.3f}, pinning "
+                        f"{load['pin_s']:.3f}, copies to VRAM {load['copy_s']:.3f}; not in the time to first token)")
+    models = s.get("compute_model") or {}
+    used = sorted(k for k, v in models.items() if v == "roofline" and k.split("@")[1] in
+                  ({"cpu"} if any(p.compute == "cpu" for p in plan.placements) else set()) | {"gpu"})
+    if used:
+        lines.append("compute model        roofline (no measured grid for " + ", ".join(used) + " on this machine; "
+                     "run 'offloadsim calibrate --model MODEL' on it for measured compute)")
+    elif models:
+        lines.append("compute model        measured grids (calibrate)")
     if attrib:
         lines.append("if resident (time per token saved):")
         lines += [f"  {a['unit']:<44} {a['tier']:<13} {a['gain_s']:8.4f} s" for a in attrib]

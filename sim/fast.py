@@ -41,7 +41,7 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
     host = (read_b > 0) | sch.pinned_slot
     found, hits, misses = cache_found(sch)
     c_start, c_end, ready = _recurrence(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src,
-                                        d, blocking, lat, cold, warm)
+                                        d, blocking, lat, cold, warm, sch.startup_s)
     return FastResult(c_start, c_end, ready, hits, misses)
 
 
@@ -87,7 +87,7 @@ def _resident_before(key: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
 
 
 def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src, d, blocking,
-                   lat, cold, warm):
+                   lat, cold, warm, startup=0.0):
     """The pipeline as a max-plus recurrence, item by item (compiled by numba when it is installed)."""
     n = len(load)
     c_start = np.zeros(n)
@@ -100,12 +100,13 @@ def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf
     for i in range(n):
         kind = load[i]
         if kind:
-            t = 0.0
+            t = startup
             if d == 0:
-                t = prev_end
+                if prev_end > t:
+                    t = prev_end
             else:
                 j = pf[i]
-                if j >= 0:
+                if j >= 0 and c_start[j] > t:
                     t = c_start[j]
             j = gate[i]
             if j >= 0 and c_end[j] > t:
@@ -156,5 +157,5 @@ except ImportError:  # pragma: no cover - numba is a dependency; the plain loop 
 def warm_up() -> None:
     """Compile (or load from numba's cache) the recurrence now, so a caller's time budget is spent on work."""
     i, b, f = np.zeros(1, np.int64), np.zeros(1, np.bool_), np.zeros(1)
-    _recurrence(i, b, f, f, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0)
+    _recurrence(i, b, f, f, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0, 0.0)
     PageCache(1.0, [(0, 1.0, True)]).read_many(i, f + 2.0)

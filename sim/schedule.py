@@ -42,6 +42,7 @@ class Schedule:
     overhead_s: list[float] = field(default_factory=list)  # the engine's host cost of a streamed item, on the compute lane
     gate: list[int] = field(default_factory=list)        # item whose compute end gates this load (router), or -1
     n_steps: int = 0
+    startup_s: float = 0.0                               # no load starts before this (the engine's stage threads)
     read_latency_s: float = 0.0
     cold_bytes_per_s: float = 1.0
     cache_bytes_per_s: float = 1.0
@@ -70,7 +71,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     t = plan.tiers()
     units = model.units
     st = machine.storage
-    sch = Schedule(names=[u.name for u in units], n_steps=w.new_tokens, memory=mem,
+    sch = Schedule(names=[u.name for u in units], n_steps=w.new_tokens, memory=mem, startup_s=machine.engine.stream_startup_s,
                    read_latency_s=st.request_latency_s, cold_bytes_per_s=st.cold_read_bytes_per_s,
                    cache_bytes_per_s=st.cache_read_bytes_per_s, cache_capacity_bytes=mem.page_cache_bytes)
     ratio = plan.codec.ratio if plan.codec else 1.0

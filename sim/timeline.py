@@ -23,6 +23,7 @@ class Timeline:
         self.blocking = self.rules.blocking.tolist()
         self.sch = _Columns(sch)
         self.env = env = simpy.Environment()
+        self.startup = env.timeout(sch.startup_s) if sch.startup_s > 0 else None
         self.storage = simpy.Resource(env, capacity=reader_threads)
         self.readers = reader_threads
         self.unpacker = simpy.Resource(env, capacity=1)
@@ -47,6 +48,8 @@ class Timeline:
         i = self.loads[k]
         r = self.rules
         evs = [self.c_end[r.after[i]]] if r.after[i] >= 0 else []
+        if self.startup is not None:  # the engine's stage threads deliver nothing before this
+            evs.append(self.startup)
         if r.window[i] >= 0:
             evs.append(self.c_start[r.window[i]])
         g = self.sch.gate[i]

@@ -111,3 +111,21 @@ def test_offloaded_cpu_unit_on_disk_pays_its_read(toy_machine):
     sch = build_schedule(m, toy_machine, plan, big_prompt, BIG)
     assert sch.read_bytes[0] == 4.0 and not sch.on_cpu[0]            # prefill: read from disk, computed on the GPU
     assert sch.read_bytes[3] == 4.0 and sch.on_cpu[3]                # decode: read and computed on the CPU
+
+
+def test_engine_startup_delays_the_loads(toy_machine):
+    m = toy_model()
+    eng = toy_machine.engine.model_copy(update={"stream_startup_s": 0.5, "stream_overhead_s": {"ram_pinned": 0.1}})
+    machine = toy_machine.model_copy(update={"engine": eng})
+    plan = toy_plan(m, ["vram", "ram_pinned", "ram_pinned"], vram_slots=2)
+    two = Workload(batch=1, prompt_tokens=1, new_tokens=2)
+    sch = build_schedule(m, machine, plan, two, BIG)
+    assert list(sch.overhead_s) == pytest.approx([0.0, 0.1, 0.1, 0.0, 0.1, 0.1]) and sch.startup_s == 0.5
+    base = simulate(m, toy_machine, plan, ONE, BIG).summary["ttft_s"]
+    # base: l1 copies 0-4 and computes 4-4.8, l2 copies 4-5 and computes 5-5.2. Now l1 copies 0.5-4.5 and computes
+    # 4.5-5.4 (0.8 + 0.1), l2 copies 4.5-5.5 and computes 5.5-5.8 (0.2 + 0.1)
+    assert base == pytest.approx(5.2)
+    res = simulate(m, machine, plan, ONE, BIG)
+    assert res.summary["ttft_s"] == pytest.approx(5.8)
+    from sim.simulate import fast_simulate
+    assert fast_simulate(m, machine, plan, ONE, BIG)["ttft_s"] == pytest.approx(5.8)

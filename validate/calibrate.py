@@ -288,9 +288,10 @@ def _in_engine(machine, folder: Path, quick: bool, meas: dict):
         over["link.pinned_h2d_bytes_per_s"] = st["pinned_copy_bytes_per_s"]
         over["link.pageable_h2d_bytes_per_s"] = st["pageable_copy_bytes_per_s"]
     machine = machine.with_overrides(**over)
-    oh = stream_overheads(meas["config"], machine, folder / ".calib-overhead", w)
-    meas["stream_overhead_s"] = oh
-    machine = machine.model_copy(update={"engine": machine.engine.model_copy(update={"stream_overhead_s": oh})})
+    oh, startup = stream_overheads(meas["config"], machine, folder / ".calib-overhead", w)
+    meas["stream_overhead_s"], meas["stream_startup_s"] = oh, startup
+    machine = machine.model_copy(update={"engine": machine.engine.model_copy(
+        update={"stream_overhead_s": oh, "stream_startup_s": startup})})
     return machine, over
 
 
@@ -343,6 +344,7 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
     sources = dict(machine.sources, **{k: stamp for k in over})
     sources["compute_grids"] = stamp + " (engine-timed grids per unit kind)"
     sources["engine.stream_overhead_s"] = stamp + " (fitted on a tiny model streamed by the engine)"
+    sources["engine.stream_startup_s"] = stamp + " (the same runs' first-token shortfall, median over tiers)"
     machine = machine.model_copy(update={"name": f"{m.name}-calibrated", "sources": sources})
     return {"machine": machine.model_dump(), "calibration": {
         "host": platform.node(), "date": datetime.datetime.now().isoformat(timespec="seconds"),

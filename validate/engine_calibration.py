@@ -79,8 +79,9 @@ def stage_speeds(config: dict, machine: MachineSpec, folder: Path, w) -> dict:
     return out
 
 
-def stream_overheads(config: dict, machine: MachineSpec, folder: Path, w) -> dict[str, float]:
-    """Per tier, the compute-lane seconds the engine adds per streamed item, fitted on a tiny model of the family."""
+def stream_overheads(config: dict, machine: MachineSpec, folder: Path, w) -> tuple[dict[str, float], float]:
+    """Per tier, the compute-lane seconds the engine adds per streamed item, fitted on a tiny model of the family;
+    and the seconds a streaming run starts late (its first token's shortfall once those are in)."""
     from sim.plan import Budgets
     from sim.simulate import simulate
     from validate.compute_grid import measure_grids
@@ -91,11 +92,14 @@ def stream_overheads(config: dict, machine: MachineSpec, folder: Path, w) -> dic
                           prompts=(w.prompt_tokens,), layers=4, new_tokens=w.new_tokens)
     m = machine.model_copy(update={"compute_grids": tuple(grids)})
     n_streamed = sum(u.kind == "decoder" for u in shape.units)
-    out = {}
+    out, runs = {}, {}
     for tier in TIERS + ("disk_compressed",):
         plan = _plan(shape, m, tier)
-        meas = _run(folder, cfg, shape, plan, m, w).time_per_token_s
+        runs[tier] = (plan, _run(folder, cfg, shape, plan, m, w))
         pred = simulate(shape, m, plan, w, Budgets.unlimited()).summary["time_per_token_s"]
-        out[tier] = max((meas - pred) / n_streamed, 0.0)
+        out[tier] = max((runs[tier][1].time_per_token_s - pred) / n_streamed, 0.0)
+    # then the start-up: what the first token still lacks with the per-item costs in, median over the tiers
+    m = m.model_copy(update={"engine": m.engine.model_copy(update={"stream_overhead_s": out})})
+    late = [run.ttft_s - simulate(shape, m, plan, w, Budgets.unlimited()).summary["ttft_s"] for plan, run in runs.values()]
     shutil.rmtree(folder, ignore_errors=True)
-    return out
+    return out, max(float(np.median(late)), 0.0)
