@@ -5,7 +5,6 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-STAGES = ("read", "unpack", "copy", "compute", "wait")
 LANES = {"storage": 0, "unpack": 1, "copy": 2, "gpu": 3, "cpu": 4, "gpu_wait": 5, "cpu_wait": 6}
 
 
@@ -18,7 +17,7 @@ class Event:
     start_s: float
     end_s: float
     nbytes: float = 0.0
-    detail: str = ""  # read: cold | cache; wait: its cause
+    detail: str = ""  # read: cold | cache | partial; wait: its cause
 
     @property
     def duration_s(self) -> float:

@@ -21,11 +21,6 @@ def step_times(sch: Schedule, c_end: np.ndarray) -> tuple[float, float, float]:
     return ttft, tpot, total
 
 
-def stall_total(c_start: np.ndarray, c_end: np.ndarray) -> float:
-    prev = np.concatenate([[0.0], c_end[:-1]])
-    return float(np.sum(np.maximum(c_start - prev, 0.0)))
-
-
 def wait_causes(events: list[Event]) -> dict[str, float]:
     """Split every compute wait by what the awaited load was doing: cold read, cached read, unpack, copy,
     or queued behind other loads (slots, the copy engine, the prefetch window)."""
