@@ -1,7 +1,9 @@
 """Where do bit differences between two engine instances come from? (issue 9, exactness)
 
 One decoder layer of real shape on the GPU, large prefill (batch 16 x 2048 tokens): the same weights at the same
-address twice, then at a second address, under several backend settings. Prints and writes JSON.
+address twice, then at a second address, under several backend settings; then decode shapes (GEMMs with a few rows,
+attention with one query, a decoder layer after a long cache) repeated on the same inputs, where the validation
+matrix saw decode logits differ run to run. Prints and writes JSON.
 Run (H200): python benchmarks/h200_determinism.py --out $OUT/determinism.json
 """
 from __future__ import annotations
@@ -72,6 +74,32 @@ def probe(cfg: dict, b: int, s: int) -> dict:
     return out
 
 
+def decode_probe(cfg: dict, b: int, ctx: int, reps: int = 20) -> dict:
+    """Decode shapes, where the matrix saw run-to-run differences: one new token per sequence after `ctx` cached ones.
+    Each piece repeated on the same inputs; 'distinct' is how many different results came out (1 = deterministic)."""
+    from validate import model as M
+    arch, w, x, cos, sin = layer_inputs(cfg, b, 1)
+    out = {}
+    with torch.inference_mode():
+        h = x.reshape(b, -1)
+        for name in ("self_attn.q_proj.weight", "mlp.gate_proj.weight", "mlp.down_proj.weight"):
+            wt = w[name]
+            inp = h if wt.shape[1] == h.shape[1] else torch.randn(b, wt.shape[1], device="cuda").to(torch.bfloat16)
+            outs = [torch.nn.functional.linear(inp, wt) for _ in range(reps)]
+            out[f"linear {name} M={b}"] = len({o.cpu().numpy().tobytes() for o in outs})
+        q = torch.randn(b, arch.heads, 1, arch.head_dim, device="cuda").to(torch.bfloat16)
+        k = torch.randn(b, arch.heads, ctx, arch.head_dim, device="cuda").to(torch.bfloat16)
+        outs = [torch.nn.functional.scaled_dot_product_attention(q, k, k) for _ in range(reps)]
+        out[f"sdpa q=1 ctx={ctx}"] = len({o.cpu().numpy().tobytes() for o in outs})
+        cache = M.KVCache(arch, b, ctx + 2, "cuda", torch.bfloat16)
+        cache.k[:, :, :ctx] = k[:, : arch.kv_heads]
+        cache.v[:, :, :ctx] = k[:, : arch.kv_heads]
+        c1, s1 = M.rope(torch.arange(ctx, ctx + 1, device="cuda"), arch, torch.bfloat16)
+        outs = [M.decoder_layer(x, w, arch, cache, ctx, c1, s1) for _ in range(reps)]
+        out[f"decoder layer decode ctx={ctx}"] = len({o.cpu().numpy().tobytes() for o in outs})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -83,6 +111,9 @@ def main() -> None:
         cfg = make_config(preset)
         res[f"{name} b{b} s{s}"] = probe(cfg, b, s)
         print(name, b, s, json.dumps(res[f"{name} b{b} s{s}"]), flush=True)
+    for name, preset, b, ctx in (("llama-8b", "llama-3.1-8b", 4, 512), ("qwen3-4b-like", "qwen3-14b", 16, 2048)):
+        res[f"decode {name} b{b} ctx{ctx}"] = decode_probe(make_config(preset), b, ctx)
+        print("decode", name, b, ctx, json.dumps(res[f"decode {name} b{b} ctx{ctx}"]), flush=True)
     with open(a.out, "w") as fh:
         json.dump(res, fh, indent=1)
 
