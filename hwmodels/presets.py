@@ -141,8 +141,13 @@ def _check_ranges(machine: MachineSpec, spec: str) -> None:
 
 
 def load_machine(spec: str) -> MachineSpec:
-    """A preset name or the path of a machine profile JSON (written by `offloadsim calibrate`), range-checked."""
+    """A preset name or the path of a machine profile JSON (written by `offloadsim calibrate`), range-checked.
+
+    An object with a `resolve()` method (the CLI's machine flags) resolves itself."""
     from pathlib import Path
+
+    if hasattr(spec, "resolve"):
+        return spec.resolve()
 
     from pydantic import ValidationError
 

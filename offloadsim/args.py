@@ -10,14 +10,18 @@ def _model(p: argparse.ArgumentParser) -> None:
 
 
 def _machine(p: argparse.ArgumentParser, required: bool = False) -> None:
-    p.add_argument("--machine", default=None if required else "rtx3080-laptop", required=required,
-                   help="machine preset name or calibrated profile JSON (default rtx3080-laptop)")
+    from offloadsim.machine_flags import add_machine_flags
+    add_machine_flags(p, required)
 
 
 def add_all(sub: argparse._SubParsersAction) -> None:
-    hw = sub.add_parser("hw", help="list or show hardware presets with their sources")
-    hw.add_argument("action", choices=["list", "show"])
-    hw.add_argument("name", nargs="?", help="machine name for 'show'")
+    hw = sub.add_parser("hw", help="list presets and parts, show a machine with its sources, detect this machine")
+    hw.add_argument("action", choices=["list", "parts", "show", "detect"])
+    hw.add_argument("name", nargs="?", help="machine name for 'show' (or use the machine flags)")
+    from offloadsim.machine_flags import add_machine_flags
+    add_machine_flags(hw, default=None)
+    hw.add_argument("--out", default=None, help="'detect': write the profile JSON here")
+    hw.add_argument("--disk-path", default=".", help="'detect': folder whose disk is read (default .)")
     hw.add_argument("--json", action="store_true")
 
     info = sub.add_parser("info", help="per-unit eq. (1) time in every tier and the eq. (2) verdict")

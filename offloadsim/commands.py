@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from hwmodels import get_machine
 from hwmodels.presets import load_machine
 from hwmodels.units import InputError, parse_bandwidth
 from offloadsim.cli import command, emit
-from offloadsim.hwreport import format_gap, gap_rows, machine_detail, machines_rows
+from offloadsim.hwreport import format_gap, gap_rows, machine_detail, machines_rows, parts_rows
 from offloadsim.inforeport import format_info, info
 from sim.equations import Codec, machine_codec
 from sim.formats import parse_format
@@ -34,13 +33,42 @@ def hw(args: argparse.Namespace) -> int:
                          f"pinned {r['pinned_h2d_bytes_per_s'] / 1e9:5.1f} GB/s  RAM {r['ram_bytes'] / 1e9:6.0f} GB  "
                          f"{r['storage']}" for r in rows)
         return emit(args, rows, text + "\n(offloadsim hw show NAME prints every value with its source)")
-    if not args.name:
-        raise InputError("name: 'hw show' needs a machine name; run 'offloadsim hw list' to see them.")
-    get_machine(args.name)
-    d = machine_detail(args.name)
-    text = f"{d['name']}: {d['description']}\n" + "\n".join(
-        f"  {v['field']:<38} {v['value']!s:<24} {v['source']}" for v in d["values"])
+    if args.action == "parts":
+        parts = parts_rows()
+        return emit(args, parts, "\n".join(f"{k:<12} {', '.join(v)}" for k, v in parts.items())
+                    + "\n(compose a machine: --gpu NAME --ram SIZE --storage NAME|SPEED --link pcieGxL --cpu NAME)")
+    if args.action == "detect":
+        return hw_detect(args)
+    if args.name and args.machine is not None and not hasattr(args.machine, "resolve"):
+        raise InputError("name: give the machine either as NAME or as --machine, not both.")
+    if args.machine is None and not args.name:
+        raise InputError("name: 'hw show' needs a machine name or machine flags such as --gpu rtx4070; run "
+                         "'offloadsim hw list' and 'offloadsim hw parts' to see them.")
+    if hasattr(args.machine, "resolve") and args.name and args.machine.base is None:
+        from dataclasses import replace
+        args.machine = replace(args.machine, base=args.name)
+    d = machine_detail(args.name if args.machine is None else load_machine(args.machine))
+    text = f"{d['name']}: {d['description']}\n" + (f"  composed on base {d['base']}\n" if "base" in d else "") + \
+        "\n".join(f"  {v['field']:<38} {v['value']!s:<24} {v['source']}" for v in d["values"])
     return emit(args, d, text)
+
+
+def hw_detect(args: argparse.Namespace) -> int:
+    """`hw detect`: this machine's parts measured where possible, the rest from presets, written as a profile."""
+    from offloadsim.detect import detect_machine
+    from offloadsim.outputs import check_output
+    from sim.plan import write_atomic
+
+    out = check_output(args.out, "out", (), (".json",))
+    machine, notes = detect_machine(args.disk_path)
+    d = machine_detail(machine)
+    if out is not None:
+        write_atomic(out, machine.model_dump_json(indent=1))
+    text = "\n".join(notes) + "\n" + "\n".join(f"  {v['field']:<38} {v['value']!s:<24} {v['source']}"
+                                                 for v in d["values"])
+    if out is not None:
+        text += f"\nwrote {out} (use it as --machine {out})"
+    return emit(args, {**d, "notes": notes, "out": str(out) if out else None}, text)
 
 
 @command("info")

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from hwmodels import get_machine, gpu_presets, list_machines, machine_sources
-from hwmodels.specs import pcie_theoretical_bytes_per_s
+from hwmodels.presets import part_names
+from hwmodels.specs import MachineSpec, pcie_theoretical_bytes_per_s
 
 
 def machines_rows() -> list[dict]:
@@ -15,16 +16,24 @@ def machines_rows() -> list[dict]:
     return rows
 
 
-def machine_detail(name: str) -> dict:
-    m = get_machine(name)
-    src = machine_sources(name)
+def machine_detail(name: str | MachineSpec) -> dict:
+    """Every value of a machine (a preset name or a spec) with its source."""
+    m = get_machine(name) if isinstance(name, str) else name
+    src = machine_sources(name) if isinstance(name, str) else dict(m.sources)
+    name = name if isinstance(name, str) else m.name
     flat = []
     for part in ("gpu", "link", "storage", "host_memory", "cpu"):
         for field, value in getattr(m, part).model_dump().items():
             flat.append({"field": f"{part}.{field}", "value": value, "source": src.get(f"{part}.{field}", "")})
     flat.append({"field": "link.theoretical_bytes_per_s", "value": m.link.theoretical_bytes_per_s,
                  "source": "[C] PCIe generation x lanes (specs.pcie_theoretical_bytes_per_s)"})
-    return {"name": name, "description": m.description, "values": flat}
+    base = src.get("machine.base")
+    return {"name": name, "description": m.description, "values": flat, **({"base": base} if base else {})}
+
+
+def parts_rows() -> dict[str, list[str]]:
+    """Component presets by kind, for the machine flags."""
+    return {kind: part_names(kind) for kind in ("gpu", "cpu", "storage", "host_memory", "link")}
 
 
 def gap_rows() -> list[dict]:
@@ -50,4 +59,4 @@ def format_gap(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["machines_rows", "machine_detail", "gap_rows", "format_gap"]
+__all__ = ["machines_rows", "machine_detail", "parts_rows", "gap_rows", "format_gap"]
