@@ -49,7 +49,8 @@ def plan_cmd(args: argparse.Namespace) -> int:
     limits.check_request(model, machine, w)
     from planner import plan_with_report
     from planner.export import to_accelerate, to_llamacpp
-    rep = plan_with_report(model, machine, w, budgets, objective=args.objective, time_budget_s=args.time_budget)
+    rep = plan_with_report(model, machine, w, budgets, objective=args.objective, time_budget_s=args.time_budget,
+                           progress=True)
     plan = rep.plan
     if out and plan.feasible:  # an infeasible plan never replaces a file
         plan.save(out)
@@ -57,6 +58,8 @@ def plan_cmd(args: argparse.Namespace) -> int:
     data = {"feasible": plan.feasible, "reason": plan.reason, "model": model.name, "machine": machine.name,
             "time_per_token_s": s.get("time_per_token_s"), "ttft_s": s.get("ttft_s"), "total_s": s.get("total_s"),
             "lower_bound_total_s": rep.lower_bound_s, "gap_to_lower_bound": rep.gap, "planning_s": rep.seconds,
+            "converged": rep.converged, "stopped": rep.stopped, "evaluations": rep.evaluations,
+            "chosen_from": rep.chosen_from,
             "baselines": {k: v.get("time_per_token_s") for k, v in rep.baselines.items()},
             "baseline_errors": {k: v["error"] for k, v in rep.baselines.items() if "error" in v},
             "prefetch_depth": plan.prefetch_depth, "vram_slots": plan.vram_slots, "pinned_slots": plan.pinned_slots}
@@ -76,7 +79,8 @@ def plan_cmd(args: argparse.Namespace) -> int:
              f"planner: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s "
              f"(prefetch {plan.prefetch_depth}, {plan.vram_slots} VRAM slots, {plan.pinned_slots} pinned slots)",
              f"lower bound on the request {rep.lower_bound_s:.3f} s vs simulated {s['total_s']:.3f} s (gap {rep.gap:.1%}); "
-             f"planned in {rep.seconds:.2f} s"]
+             f"planned in {rep.seconds:.2f} s; search {'converged' if rep.converged else 'NOT converged'} "
+             f"(stopped: {rep.stopped}) after {rep.evaluations} plans scored; chosen from {rep.chosen_from}"]
     for name, v in rep.baselines.items():
         lines.append(f"  {name:<11} " + (f"{v['time_per_token_s']:.4f} s per token  ({v['time_per_token_s'] / s['time_per_token_s']:.2f}x the planner)"
                                          if "time_per_token_s" in v else f"cannot run: {v['error']}"))

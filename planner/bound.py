@@ -87,7 +87,7 @@ def lower_bound(ev: Evaluator, options: list[tuple[str, str]], time_limit_s: flo
         costs.allowed[:, [j for j, o in enumerate(OPTIONS) if o not in options]] = False
         gs = groups(costs)
         res = solve(costs, gs, free, b.pinned_bytes, b.ram_bytes, free, False, time_limit_s=time_limit_s,
-                    integral=len(gs) <= 400)
+                    integral=len(gs) <= 400, rel_gap=0.01)
         if res.feasible and not res.bound_s >= best:
             best = res.bound_s
     return best

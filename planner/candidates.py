@@ -40,7 +40,7 @@ def milp_candidates(model, machine, w, budgets, use, codec, options) -> list[np.
                         c = dataclasses.replace(costs, allowed=allowed)
                     reserve = 2 * slot if staged else 0
                     res = solve(c, gs, budgets.vram_bytes - kv - act - slots * slot, budgets.pinned_bytes - reserve,
-                                budgets.ram_bytes - reserve, slot, cached, time_limit_s=2.0)
+                                budgets.ram_bytes - reserve, slot, cached, time_limit_s=2.0, rel_gap=0.02)
                     if not res.feasible:
                         continue
                     assign = np.zeros(len(model.units), dtype=np.int64)

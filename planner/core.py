@@ -6,10 +6,12 @@ exists only as a safety net and is reported (`PlanReport.stopped`) when it fires
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm import tqdm
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import InputError
@@ -96,11 +98,11 @@ def _objective(s: dict, objective: str) -> float:
 def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload, budgets: Budgets, *,
                      codec: Codec | None = None, tiers: tuple[str, ...] | None = None, allow_cpu: bool = True,
                      time_budget_s: float | None = None, confirm: bool = True, objective: str = "token",
-                     max_evals: int | None = None) -> PlanReport:
+                     max_evals: int | None = None, progress: bool = False) -> PlanReport:
     """Plan and report: the chosen plan, its SimPy summary, the lower bound, and every baseline's times.
     `time_budget_s` is only the safety net of the search (default 300 s); `max_evals` caps the plans scored
-    (default: 20,000, fewer for long schedules; deterministic, reported when reached). Raises InputError for
-    budgets above the machine's hardware."""
+    (default: 20,000, fewer for long schedules; deterministic, reported when reached). `progress`: a bar of the plans
+    scored on stderr, shown once planning takes over 2 s. Raises InputError for budgets above the machine's hardware."""
     check_budgets(machine, budgets)
     warm_up()
     t0 = time.perf_counter()
@@ -119,7 +121,23 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
         max_evals = min(20_000, max(100, 5_000_000 // len(ev.unit)))
     search = Search(ev, gs, opt_idx, objective, max_evals, SAFETY_S if time_budget_s is None else time_budget_s,
                     ordered)
+    if progress:  # stderr only, never stdout (`plan --json` must parse); appears after 2 s
+        search.bar = tqdm(total=max_evals, desc="planning (plans scored, cap)", delay=2.0, file=sys.stderr, leave=False)
+    try:
+        out, scored, peers = _search(model, machine, real, search_w, budgets, use, codec, options, opt_idx, search)
+    finally:
+        if search.bar is not None:
+            search.bar.close()
 
+    # the judge: the search result and every seed on the real workload; peers with their own runtime too
+    finalists = ([("search", out.assign, out.settings)] if out else []) + [(n, a, s) for n, a, s, _ in scored]
+    return _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, confirm, t0, options, ev, ev_real,
+                  out, scored, peers, finalists)
+
+
+def _search(model, machine, real, search_w, budgets, use, codec, options, opt_idx, search: Search):
+    """Score every seed (integer program, known placements, peers) and search from them."""
+    ev = search.ev
     starts: dict[str, np.ndarray] = {}
     for k, a in enumerate(milp_candidates(model, machine, search_w, budgets, use, codec, options)):
         starts[f"milp-{k}"] = a
@@ -149,9 +167,12 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
         out = search.run([(a, s, t) for _, a, s, t in scored])
     else:
         out = None
+    return out, scored, peers
 
-    # the judge: the search result and every seed on the real workload; peers with their own runtime too
-    finalists = ([("search", out.assign, out.settings)] if out else []) + [(n, a, s) for n, a, s, _ in scored]
+
+def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, confirm, t0, options, ev, ev_real,
+           out, scored, peers, finalists) -> PlanReport:
+    """The best of the search and every seed and peer on the real workload, confirmed, with the bound."""
     best, best_t, seeds = None, float("inf"), {}
     for name, a, s in finalists:
         summ = ev_real.summary(a, s)

@@ -25,6 +25,9 @@ from sim.shapes import ModelShape, UnitShape
 Settings = tuple[int, int, int, int | None]   # (prefetch depth, VRAM slots, pinned slots, gpu_offload_min_tokens)
 TIER = np.array([t for t, _ in OPTIONS])
 ON_CPU = np.array([d == "cpu" for _, d in OPTIONS])
+IN_VRAM = TIER == "vram"
+STAGED = np.isin(TIER, STAGED_TIERS)
+COMPRESSED = np.char.endswith(TIER, "compressed")
 ROW_COLUMNS = [c for c in COLUMNS if c not in ("unit", "step", "compute_s", "gate")]
 
 
@@ -51,7 +54,11 @@ class Evaluator:
         self.fixed_vram = self.kv_bytes + self.act_bytes
         self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
         self.rows = {off: self._rows(off) for off in (False, True)}
+        # one flat table per column over (offload, option, unit): an item's value is one take
+        self.flat = {c: np.stack([self.rows[False][c], self.rows[True][c]]).ravel() for c in ROW_COLUMNS}
+        self.by_size = np.argsort(-self.nb_int, kind="stable")      # units, largest first (staging slot sizes)
         self.evaluations = 0
+        self._last: tuple = (b"", {})
 
     def _rows(self, offload: bool) -> dict[str, np.ndarray]:
         """Per (option, unit): the step-invariant columns of sim.schedule, read off schedules of a stand-in model
@@ -74,22 +81,38 @@ class Evaluator:
                 out[c][j] = np.asarray(getattr(sch, c))[inverse]
         return out
 
+    def _parts(self, assign: np.ndarray) -> tuple:
+        """The settings-independent memory terms of an assignment (cached for the last one: settings vary most)."""
+        key = assign.tobytes()
+        if self._last[0] != key:
+            present = np.bincount(assign, minlength=len(OPTIONS)) > 0
+            per_opt = np.bincount(assign, weights=self.nb, minlength=len(OPTIONS))   # exact below 2**53 bytes
+            largest = assign[self.by_size]
+
+            def slot(opts: np.ndarray) -> int:  # the largest unit placed in one of `opts`
+                return int(self.nb_int[self.by_size[np.argmax(opts[largest])]]) if (present & opts).any() else 0
+
+            streamed = ~IN_VRAM & ~ON_CPU
+            ram_w = int(round(per_opt[TIER == "ram_pageable"].sum()))
+            if present[TIER == "ram_compressed"].any():
+                ratio = self.codec.ratio if self.codec else 1.0
+                ram_w += int((self.nb[np.isin(assign, np.flatnonzero(TIER == "ram_compressed"))] * ratio).sum())
+            self._last = (key, {
+                "compressed": bool((present & COMPRESSED).any()),
+                "slot": {False: slot(streamed), True: slot(streamed | ON_CPU)},
+                "pin_slot": {False: slot(streamed & STAGED), True: slot((streamed | ON_CPU) & STAGED)},
+                "vram": int(round(per_opt[IN_VRAM].sum())), "ram": ram_w,
+                "pinned": int(round(per_opt[TIER == "ram_pinned"].sum()))})
+        return self._last[1]
+
     def memory(self, assign: np.ndarray, s: Settings) -> MemoryUse | None:
         """sim.memory.memory_use for this assignment, or None when it exceeds a budget."""
-        tier, cpu, nb, b = TIER[assign], ON_CPU[assign], self.nb_int, self.budgets
-        if self.codec is None and np.char.endswith(tier, "compressed").any():
+        b, p = self.budgets, self._parts(assign)
+        if self.codec is None and p["compressed"]:
             return None
-        streamed = (tier != "vram") & ~cpu
-        if s[3] and self.tokens[0] >= s[3]:
-            streamed |= cpu
-        slot = int(nb[streamed].max()) if streamed.any() else 0
-        staged = streamed & np.isin(tier, STAGED_TIERS)
-        pin_slot = int(nb[staged].max()) if staged.any() else 0
-        ratio = self.codec.ratio if self.codec else 1.0
-        ram_w = int(nb[tier == "ram_pageable"].sum()) + int((nb[tier == "ram_compressed"] * ratio).sum())
-        pinned_w = int(nb[tier == "ram_pinned"].sum())
-        m = MemoryUse(resident_vram_bytes=int(nb[tier == "vram"].sum()),
-                      staging_vram_bytes=s[1] * slot if streamed.any() else 0, kv_bytes=self.kv_bytes,
+        off = bool(s[3] and self.tokens[0] >= s[3])
+        slot, pin_slot, ram_w, pinned_w = p["slot"][off], p["pin_slot"][off], p["ram"], p["pinned"]
+        m = MemoryUse(resident_vram_bytes=p["vram"], staging_vram_bytes=s[1] * slot, kv_bytes=self.kv_bytes,
                       activation_bytes=self.act_bytes, pinned_weights_bytes=pinned_w,
                       pinned_staging_bytes=s[2] * pin_slot, ram_weights_bytes=ram_w,
                       page_cache_bytes=max(b.ram_bytes - ram_w - pinned_w - s[2] * pin_slot, 0), slot_bytes=slot)
@@ -102,9 +125,9 @@ class Evaluator:
         g = self.sched_gpu
         off_step = (self.tokens >= s[3]) if s[3] else np.zeros(len(self.tokens), bool)
         off = off_step[self.step]
-        opt = assign[self.unit]
-        col = {c: np.where(off, self.rows[True][c][opt, self.unit], self.rows[False][c][opt, self.unit])
-               for c in ROW_COLUMNS}
+        n_opt, n_unit = len(OPTIONS), len(self.nb)
+        idx = (off * n_opt + assign[self.unit]) * n_unit + self.unit
+        col = {c: self.flat[c].take(idx) for c in ROW_COLUMNS}
         streamed_expert = self.is_expert & ((TIER[assign] != "vram") | ON_CPU[assign])
         col["gate"] = np.where(streamed_expert[self.unit], self.router_gate, -1)
         comp = np.where(col["on_cpu"], self.comp[1], self.comp[0])

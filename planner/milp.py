@@ -25,10 +25,12 @@ class MilpResult:
 
 
 def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned_free: float, ram_free: float,
-          slot_bytes: float, cache_all: bool, time_limit_s: float = 5.0, integral: bool = True) -> MilpResult:
+          slot_bytes: float, cache_all: bool, time_limit_s: float = 5.0, integral: bool = True,
+          rel_gap: float = 1e-4) -> MilpResult:
     """vram_free etc. are what is left for weights after staging, KV cache and activations. Units larger than
     `slot_bytes` cannot be streamed to the GPU. `cache_all`: disk units must fit in the page cache. `integral`
-    False solves the linear relaxation (a weaker bound, solved faster)."""
+    False solves the linear relaxation (a weaker bound, solved faster). `rel_gap`: HiGHS stops once the incumbent is
+    within this relative gap of the dual bound (deterministic, unlike the time limit; the bound stays a bound)."""
     k = len(OPTIONS)
     G = len(groups)
     nv = G * k + 1  # counts, then T
@@ -67,7 +69,7 @@ def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned
     integrality[-1] = 0
     with quiet_stdout():
         res = milp(c, integrality=integrality, bounds=Bounds(np.zeros(nv), ub),
-                   constraints=LinearConstraint(np.array(A), lo, hi), options={"time_limit": time_limit_s, "disp": False})
+                   constraints=LinearConstraint(np.array(A), lo, hi), options={"time_limit": time_limit_s, "disp": False, "mip_rel_gap": rel_gap})
     if res.x is None:
         return MilpResult(False, float("inf"), [])
     x = np.round(res.x[:-1]).astype(int).reshape(G, k)

@@ -19,7 +19,8 @@ from planner.options import OPTIONS
 LOADER_SETTINGS = ((1, 2, 2), (2, 3, 3), (3, 4, 3), (0, 1, 1))
 OFFLOAD_MIN_TOKENS = 32
 EXACT_LIMIT = 30_000      # assignments x loader settings searched exhaustively
-KICKS = 8                 # seeded kicks of the iterated local search
+KICKS = 8                 # seeded kicks of the iterated local search, at most
+FUTILE_KICKS = 2          # ... ending after this many in a row that improve nothing
 IMPROVES = 1 - 1e-9       # a move must improve by more than this relative amount
 
 
@@ -54,6 +55,8 @@ class Search:
         self.ordered = ordered or [False] * len(groups)
         self.max_evals, self.deadline = max_evals, time.perf_counter() + time_limit_s
         self.stopped = ""
+        self.seen: dict[tuple[bytes, Settings], float] = {}   # scores already computed (moves revisit plans)
+        self.bar = None   # a tqdm bar on stderr (set by the caller), advanced per plan scored
 
     def out_of_budget(self) -> bool:
         if self.ev.evaluations >= self.max_evals:
@@ -63,10 +66,15 @@ class Search:
         return bool(self.stopped)
 
     def score(self, assign: np.ndarray, s: Settings) -> float:
-        t = self.ev.times(assign, s)
-        if t is None:
-            return float("inf")
-        return t[1] + 1e-9 * t[2] if self.objective == "token" else t[2]
+        key = (assign.tobytes(), s)
+        got = self.seen.get(key)
+        if got is None:
+            t = self.ev.times(assign, s)
+            if self.bar is not None:
+                self.bar.update(1)
+            got = float("inf") if t is None else t[1] + 1e-9 * t[2] if self.objective == "token" else t[2]
+            self.seen[key] = got
+        return got
 
     def settings_for(self, assign: np.ndarray) -> list[Settings]:
         offloads = (None, OFFLOAD_MIN_TOKENS) if any(OPTIONS[j][1] == "cpu" for j in set(assign.tolist())) else (None,)
@@ -127,7 +135,8 @@ class Search:
 
     def run(self, starts: list[tuple[np.ndarray, Settings, float]], kicks: int = KICKS, n_starts: int = 3) -> Outcome:
         """Descend from the best `n_starts` distinct starts, then `kicks` seeded kicks of the best (2-4 units to random
-        options, and as many times more per 512 units, then descend). Returns the best plan seen; converged unless a safety net fired."""
+        options, and as many times more per 512 units, then descend; ending after FUTILE_KICKS in a row that improve
+        nothing). Returns the best plan seen; converged unless a safety net fired."""
         order = sorted(range(len(starts)), key=lambda i: (starts[i][2], i))
         distinct, seen = [], set()
         for i in order:
@@ -142,9 +151,11 @@ class Search:
                 best = got
         rng = np.random.default_rng(0)
         n = len(best[0])
+        futile = 0
         for _ in range(kicks):
-            if self.stopped:
+            if self.stopped or futile >= FUTILE_KICKS:
                 break
+            futile += 1
             a = best[0].copy()
             for i in rng.choice(n, size=min(n, int(rng.integers(2, 5)) * max(1, n // 512)), replace=False):
                 a[i] = self.options[int(rng.integers(len(self.options)))]
@@ -153,7 +164,7 @@ class Search:
                 continue
             got = self.descend(a, s, t)
             if got[2] < best[2] * IMPROVES:
-                best = got
+                best, futile = got, 0
         return Outcome(best[0], best[1], best[2], not self.stopped, self.stopped or "converged")
 
 

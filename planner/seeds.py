@@ -111,7 +111,8 @@ def density(ev: Evaluator, use: Usage) -> list[np.ndarray]:
             else:
                 rest.append(i)
         cheaper_cpu = [i for i in rest if cpu_rest and cpu_extra[i] <= copy_s[i]]
-        streamed = [i for i in rest if i not in set(cheaper_cpu)]
+        on_cpu = set(cheaper_cpu)
+        streamed = [i for i in rest if i not in on_cpu]
         reserve = 2 * ev.nb.max() if streamed else 0.0
         for i, j in _fill_host(ev, streamed, False, True, reserve).items():
             a[i] = j
