@@ -169,11 +169,27 @@ def shape_from_checkpoint(folder: Path) -> ModelShape:
     return shape.model_copy(update={"units": tuple(units)})
 
 
+def _is_gguf(path: Path) -> bool:
+    """A file that starts with GGUF's magic, whatever its name."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 def load_model(spec: str, fmt: WeightFormat | None = None) -> ModelShape:
-    """A preset name, a config.json path or a checkpoint folder -> ModelShape."""
+    """A preset name, a config.json path, a checkpoint folder or a .gguf file -> ModelShape."""
     if not str(spec).strip() or "\x00" in str(spec):
         raise InputError(f"model: {spec!r} is empty; give a preset name, a config.json or a checkpoint folder.")
     path = Path(spec)
+    if path.suffix.lower() == ".gguf" or (path.is_file() and _is_gguf(path)):
+        if fmt is not None:
+            raise InputError(f"dtype: a GGUF file's bytes come from its tensors; drop --dtype for {spec!r}.")
+        if not path.is_file():
+            raise InputError(f"model: file {spec!r} does not exist; give the path of a .gguf file.")
+        from sim.gguf_file import shape_from_gguf
+        return shape_from_gguf(path)
     if path.is_dir():
         if fmt is not None:
             raise InputError(f"dtype: a checkpoint folder's bytes come from its files; drop --dtype for {spec!r}.")

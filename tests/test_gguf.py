@@ -1,0 +1,164 @@
+"""GGUF files written in the test: exact bytes per tensor and per unit, hand-worked; bad files in one sentence."""
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from hwmodels.units import InputError  # noqa: E402
+from offloadsim.cli import main  # noqa: E402
+from sim.models import load_model  # noqa: E402
+
+Q8 = gguf.GGMLQuantizationType.Q8_0
+H, FF, VOCAB, HEADS, KV = 64, 128, 256, 4, 2   # head_dim 16, K/V projections 32 rows
+
+
+def _q8(rows, cols):
+    return gguf.quants.quantize(np.ones((rows, cols), dtype=np.float32), Q8)
+
+
+def _common(w, arch, blocks):
+    w.add_block_count(blocks)
+    w.add_embedding_length(H)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV)
+    w.add_context_length(2048)
+    w.add_tensor("token_embd.weight", np.ones((VOCAB, H), dtype=np.float16))            # 32768 bytes
+    w.add_tensor("output_norm.weight", np.ones(H, dtype=np.float32))                    # 256
+    w.add_tensor("output.weight", _q8(VOCAB, H), raw_dtype=Q8)                          # 512 blocks x 34 = 17408
+
+
+def _attention(w, i):
+    w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(H, dtype=np.float32))             # 256
+    w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(H, dtype=np.float32))              # 256
+    w.add_tensor(f"blk.{i}.attn_q.weight", _q8(H, H), raw_dtype=Q8)                     # 128 blocks x 34 = 4352
+    w.add_tensor(f"blk.{i}.attn_k.weight", _q8(32, H), raw_dtype=Q8)                    # 2176
+    w.add_tensor(f"blk.{i}.attn_v.weight", _q8(32, H), raw_dtype=Q8)                    # 2176
+    w.add_tensor(f"blk.{i}.attn_output.weight", _q8(H, H), raw_dtype=Q8)                # 4352
+
+
+def write_llama(path):
+    w = gguf.GGUFWriter(str(path), "llama")
+    _common(w, "llama", 2)
+    w.add_feed_forward_length(FF)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    for i in range(2):
+        _attention(w, i)
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", _q8(FF, H), raw_dtype=Q8)             # 256 blocks x 34 = 8704
+        w.add_tensor(f"blk.{i}.ffn_up.weight", _q8(FF, H), raw_dtype=Q8)               # 8704
+        if i == 0:
+            w.add_tensor("blk.0.ffn_down.weight", _q8(H, FF), raw_dtype=Q8)             # 8704
+        else:
+            w.add_tensor("blk.1.ffn_down.weight", np.ones((H, FF), dtype=np.float16))   # 16384
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_qwen3moe(path, experts=4, inter=32):
+    w = gguf.GGUFWriter(str(path), "qwen3moe")
+    _common(w, "qwen3moe", 1)
+    w.add_expert_count(experts)
+    w.add_expert_used_count(2)
+    w.add_expert_feed_forward_length(inter)
+    w.add_feed_forward_length(inter)
+    _attention(w, 0)
+    w.add_tensor("blk.0.ffn_gate_inp.weight", np.ones((experts, H), dtype=np.float32))    # 1024
+    for name in ("gate", "up"):                                                          # 4 x 32 x 64 = 8192 el
+        w.add_tensor(f"blk.0.ffn_{name}_exps.weight", gguf.quants.quantize(
+            np.ones((experts, inter, H), dtype=np.float32), Q8), raw_dtype=Q8)           # 256 blocks x 34 = 8704
+    w.add_tensor("blk.0.ffn_down_exps.weight", np.ones((experts, H, inter), dtype=np.float16))  # 16384
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+ATTN = 256 + 256 + 4352 + 2176 + 2176 + 4352
+
+
+def test_two_layers_give_their_exact_bytes(tmp_path):
+    path = tmp_path / "tiny-q8.gguf"
+    write_llama(path)
+    m = load_model(str(path))
+    by = {u.name: u for u in m.units}
+    assert by["model.layers.0"].nbytes == ATTN + 3 * 8704 == 39680
+    assert by["model.layers.1"].nbytes == ATTN + 2 * 8704 + 16384 == 47360
+    assert by["model.embed_tokens"].nbytes == VOCAB * H * 2 == 32768
+    assert by["lm_head"].nbytes == 256 + 17408 and by["lm_head"].tied_nbytes == 0
+    assert m.total_bytes == 32768 + 39680 + 47360 + 17664
+    assert m.family == "llama" and m.n_blocks == 2 and m.vocab == VOCAB and m.weight_format.name == "q8_0"
+    assert by["model.layers.0"].kv_bytes_per_token == 2 * 32 * 2   # K and V, 32 values each, 16-bit cache
+
+
+def test_tied_head_reuses_the_embedding_bytes(tmp_path):
+    path = tmp_path / "tied.gguf"
+    w = gguf.GGUFWriter(str(path), "qwen3")
+    w.add_block_count(1)
+    w.add_embedding_length(H)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV)
+    w.add_feed_forward_length(FF)
+    w.add_tensor("token_embd.weight", np.ones((VOCAB, H), dtype=np.float16))
+    w.add_tensor("output_norm.weight", np.ones(H, dtype=np.float32))
+    _attention(w, 0)
+    for name in ("gate", "up", "down"):
+        shape = (FF, H) if name != "down" else (H, FF)
+        w.add_tensor(f"blk.0.ffn_{name}.weight", np.ones(shape, dtype=np.float16))      # 16384 each
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    m = load_model(str(path))
+    head = m.units[-1]
+    assert head.tied_nbytes == 32768 and head.nbytes == 256 + 32768
+    assert m.units[1].nbytes == ATTN + 3 * 16384
+    assert m.total_bytes == 32768 + ATTN + 3 * 16384 + 256
+
+
+def test_fused_experts_split_evenly(tmp_path):
+    path = tmp_path / "moe.gguf"
+    write_qwen3moe(path)
+    m = load_model(str(path))
+    assert m.family == "qwen3_moe" and m.n_routed_experts == 4 and m.experts_per_token == 2
+    experts = [u for u in m.units if u.kind == "expert"]
+    assert len(experts) == 4 and all(u.nbytes == (8704 * 2 + 16384) // 4 == 8448 for u in experts)
+    attn = next(u for u in m.units if u.kind == "attention")
+    assert attn.nbytes == ATTN + 1024
+
+
+def test_plan_runs_on_a_gguf_file_with_machine_flags(tmp_path, capsys):
+    path = tmp_path / "tiny-q8.gguf"
+    write_llama(path)
+    assert main(["plan", str(path), "--gpu", "rtx4070", "--ram", "64GiB", "--storage", "nvme-gen4", "--vram",
+                 "10GiB", "--new-tokens", "2", "--time-budget", "1"]) == 0
+    assert "tiny" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content", [b"", b"GGUF", b"GGUF\x03\x00\x00\x00" + b"\xff" * 40, b"not a gguf at all\n",
+                                     "ünïcode".encode() * 10])
+def test_bad_gguf_is_one_sentence(tmp_path, capsys, content):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(content)
+    with pytest.raises(InputError):
+        load_model(str(path))
+    assert main(["info", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_truncated_gguf_is_one_sentence(tmp_path, capsys):
+    path = tmp_path / "cut.gguf"
+    write_llama(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    assert main(["info", str(path)]) == 2
+    assert "gguf" in capsys.readouterr().err.lower()
+
+
+def test_dtype_with_a_gguf_is_refused(tmp_path):
+    path = tmp_path / "tiny.gguf"
+    write_llama(path)
+    with pytest.raises(InputError, match="drop --dtype"):
+        from sim.formats import parse_format
+        load_model(str(path), parse_format("bf16"))
