@@ -13,7 +13,7 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     add_workload(p)
     p.add_argument("--objective", choices=["token", "total"], default="token",
                    help="minimise the time per output token (default) or the request's total time")
-    p.add_argument("--time-budget", type=float, default=None, help="seconds of search (default by model size)")
+    p.add_argument("--time-budget", type=float, default=None, help="a safety net only: the search stops on convergence or an evaluation cap, the same on any machine; if this many seconds pass first it stops and says so (default 300)")
     p.add_argument("--out", default=None, help="write the plan JSON (the validation engine consumes it)")
     p.add_argument("--export", choices=["accelerate", "llamacpp"], default=None, help="print an engine's arguments")
     p.add_argument("--explain", action="store_true", help="per-unit placement and stall contribution")
