@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hwmodels.units import InputError
-from sim.formats import WeightFormat, parse_format
+from sim.formats import SMALL_PARAM_BYTES, WeightFormat, parse_format
+from sim.quant import KEEP_16BIT, format_from_quant
 from sim.shapes import ModelShape, UnitShape, make_unit
 
 KV_BYTES = 2  # 16-bit KV cache
@@ -131,7 +132,8 @@ def _moe_gqa(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     if t == "mixtral":
         n_exp, topk, e_inter, prefix = c.int("num_local_experts"), c.int("num_experts_per_tok"), c.int("intermediate_size"), "model.layers.{i}.block_sparse_moe"
     else:
-        n_exp, topk, e_inter, prefix = c.int("num_experts"), c.int("num_experts_per_tok"), c.int("moe_intermediate_size"), "model.layers.{i}.mlp"
+        n_key = "num_experts" if cfg.get("num_experts") is not None else "num_local_experts"  # transformers 5 name
+        n_exp, topk, e_inter, prefix = c.int(n_key), c.int("num_experts_per_tok"), c.int("moe_intermediate_size"), "model.layers.{i}.mlp"
     a_mat, a_small, a_flops, kv = _gqa_attention(c, h, qkv_bias=(t == "qwen2_moe"), qk_norm=(t == "qwen3_moe"))
     emb, head = _head(fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
     units = [emb]
@@ -192,15 +194,28 @@ def _opt(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
 
 
 def default_format(cfg: dict, source: str = "config.json") -> WeightFormat:
-    """The checkpoint's native format: FP8 when quantization_config says so, else torch_dtype (bf16 by default)."""
+    """The checkpoint's native format: from quantization_config when present (sim/quant.py), else torch_dtype."""
     q = cfg.get("quantization_config") or {}
     if not isinstance(q, dict):
         raise InputError(f"{source}: field 'quantization_config' is {str(q)[:40]!r}; it must be an object such as "
                          "{\"quant_method\": \"fp8\"}, or leave it out.")
-    if q.get("quant_method") == "fp8":
-        return parse_format("fp8")
+    if q:
+        return format_from_quant(q, source)
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     return parse_format({"float16": "fp16", "half": "fp16"}.get(dtype, "bf16"))
+
+
+def _keep_16bit(shape: ModelShape) -> ModelShape:
+    """Embedding and head units at 16 bits per weight, as quantized checkpoints store them."""
+    bf16 = parse_format("bf16")
+    units = []
+    for u in shape.units:
+        if u.kind in KEEP_16BIT:
+            tied = bf16.matrix_nbytes(shape.vocab * shape.hidden) if u.tied_nbytes else 0
+            u = u.model_copy(update={"nbytes": bf16.matrix_nbytes(u.matrix_params) + SMALL_PARAM_BYTES * u.small_params
+                                     + tied, "tied_nbytes": tied})
+        units.append(u)
+    return shape.model_copy(update={"units": tuple(units)})
 
 
 def shape_from_config(cfg: dict, fmt: WeightFormat | None = None, source: str = "config.json") -> ModelShape:
@@ -222,6 +237,8 @@ def shape_from_config(cfg: dict, fmt: WeightFormat | None = None, source: str = 
         raise InputError(f"{source}: field 'num_hidden_layers' is {n_layers} with {experts} experts each, more than "
                          f"{MAX_UNITS:,} units; check the config.")
     shape = BUILDERS[t](cfg, fmt or default_format(cfg, source), source)
+    if fmt is None and cfg.get("quantization_config"):
+        shape = _keep_16bit(shape)
     if shape.total_bytes <= 0 or shape.total_bytes > 2**50:
         raise InputError(f"{source}: the sizes give {shape.total_bytes:,} bytes of weights; check hidden_size, "
                          "intermediate_size and vocab_size.")

@@ -60,7 +60,8 @@ def test_deepseek_native_format_is_fp8():
     m = load_model("deepseek-r1")
     assert m.weight_format.name == "fp8"
     e = next(u for u in m.units if u.kind == "expert")
-    assert e.nbytes == 44_040_192  # one byte per weight
+    # one byte per weight plus an fp32 scale per 128x128 block (weight_block_size): 3 x 16 x 56 x 4 = 10,752 bytes
+    assert e.nbytes == 44_040_192 + 10_752
 
 
 def test_four_bit_format_bytes():
