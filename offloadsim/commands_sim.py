@@ -12,6 +12,7 @@ from offloadsim.outputs import atomic, check_distinct, check_output
 from sim.attribution import stall_attribution
 from sim.critical import critical_path, path_breakdown
 from sim.events import write_chrome_trace
+from sim.pipeline import rules
 from sim.plan import Budgets, Plan, Workload
 from sim.policies import get_policy
 from sim.simulate import simulate
@@ -75,7 +76,8 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     plan = Plan.load(args.plan) if args.plan is not None else get_policy(policy)(model, machine, w, budgets)
     res = simulate(model, machine, plan, w, budgets)
     events = list(res.events)
-    path = critical_path(events, plan.prefetch_depth)
+    pipeline = (res.schedule, rules(res.schedule, plan.prefetch_depth, plan.overlap_copy, plan.vram_slots, plan.pinned_slots))
+    path = critical_path(events, plan.prefetch_depth, pipeline)
     crit = path_breakdown(path)
     attrib = []
     if args.attribution and plan.reader_threads == 1:

@@ -10,10 +10,12 @@ from sim.events import Event
 EPS = 1e-9
 
 
-def event_graph(events: list[Event], prefetch_depth: int) -> nx.DiGraph:
+def event_graph(events: list[Event], prefetch_depth: int, pipeline=None) -> nx.DiGraph:
     """Nodes are events (not waits); edges are precedence: a load's stages in order, each stage to its compute,
     consecutive events on one resource, and the compute chain. Edges carry `kind`: 'end' (successor starts when
-    the predecessor ends) or 'start' (the prefetch window opens when an earlier compute starts)."""
+    the predecessor ends) or 'start' (the prefetch window opens when an earlier compute starts). With `pipeline`
+    = (schedule, sim.pipeline.rules(...)) the load edges are the pipeline's own rules; without it they are inferred
+    from the prefetch depth (events from an engine run, say)."""
     g = nx.DiGraph()
     by_item: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
     lanes: dict[str, list[int]] = defaultdict(list)
@@ -37,6 +39,9 @@ def event_graph(events: list[Event], prefetch_depth: int) -> nx.DiGraph:
     computes.sort(key=lambda i: events[i].start_s)
     for a, b in zip(computes, computes[1:]):
         g.add_edge(a, b, kind="end")
+    if pipeline is not None:
+        _rule_edges(g, events, by_item, *pipeline)
+        return g
     loads = [i for i in computes if len(by_item[(events[i].token, events[i].unit)]) > 1]
     for k, i in enumerate(loads):
         stages = by_item[(events[i].token, events[i].unit)]
@@ -54,10 +59,32 @@ def event_graph(events: list[Event], prefetch_depth: int) -> nx.DiGraph:
     return g
 
 
-def critical_path(events: list[Event], prefetch_depth: int) -> list[Event]:
+def _rule_edges(g: nx.DiGraph, events: list[Event], by_item, sch, rules) -> None:
+    """The waits of sim/pipeline.py as edges between the events of the items they name."""
+    names, step, unit = sch.names, sch.step.tolist(), sch.unit.tolist()
+
+    def ev(i: int, stage: str):
+        return by_item.get((step[i], names[unit[i]]), {}).get(stage)
+
+    for i in rules.loads.tolist():
+        stages = by_item.get((step[i], names[unit[i]]), {})
+        first = next((stages[s] for s in ("read", "unpack", "copy") if s in stages), None)
+        if first is None:
+            continue
+        waits = [(rules.window[i], "compute", first, "start"), (rules.after[i], "compute", first, "end"),
+                 (sch.gate[i], "compute", first, "end"), (rules.vram_from[i], "compute", stages.get("copy"), "end"),
+                 (rules.pin_from[i], "copy", first, "end"),
+                 (i - 1 if rules.blocking[i] else -1, "compute", stages.get("copy"), "end")]
+        for j, stage, node, kind in waits:
+            src = ev(int(j), stage) if j >= 0 else None
+            if src is not None and node is not None and src != node:
+                g.add_edge(src, node, kind=kind)
+
+
+def critical_path(events: list[Event], prefetch_depth: int, pipeline=None) -> list[Event]:
     """Walk back from the last compute through tight predecessors; returns the path in time order.
     Where no modelled edge is tight, the event that ended at that instant (a released slot) is taken."""
-    g = event_graph(events, prefetch_depth)
+    g = event_graph(events, prefetch_depth, pipeline)
     if not g:
         return []
     node = max((n for n in g if g.nodes[n]["event"].stage == "compute"), key=lambda n: g.nodes[n]["event"].end_s)

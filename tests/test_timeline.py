@@ -139,3 +139,16 @@ def test_parallel_readers_each_read_at_its_own_time(toy_machine, readers):
     assert reads == expected[readers]
     one_reader = simulate(m, toy_machine, plan.model_copy(update={"reader_threads": 1}), ONE, budgets)
     assert res.summary["total_s"] <= one_reader.summary["total_s"]
+
+
+@pytest.mark.parametrize("tiers", ["ram_pinned", ["vram", "ram_pageable", "ram_pinned"], "disk_raw"])
+def test_critical_path_from_the_pipeline_rules_spans_the_run(toy_machine, tiers):
+    """Built from sim/pipeline.py's rules, the path is gap-free from 0 to the end, whatever waits bind."""
+    from sim.pipeline import rules
+    m = toy_model()
+    plan = toy_plan(m, tiers, prefetch_depth=1, vram_slots=2, pinned_slots=1)
+    res = simulate(m, toy_machine, plan, Workload(prompt_tokens=1, new_tokens=3), BIG)
+    pipe = (res.schedule, rules(res.schedule, 1, True, 2, 1))
+    path = critical_path(list(res.events), 1, pipe)
+    assert path[0].start_s == 0.0
+    assert sum(path_breakdown(path).values()) == pytest.approx(res.summary["total_s"])
