@@ -91,7 +91,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
             gain = f"{r['stall_gain_s']:.4f} s" if r.get("stall_gain_s") is not None else ""
             lines.append(f"{name[:48]:<48} {r['kind']:<13} {r['nbytes'] / 1e6:9.1f} {r['tier']:<15} {r['compute']:<4} {gain:>16}")
     if "export" in data:
-        lines.append(json.dumps(data["export"], indent=1) if args.export == "accelerate" else " ".join(data["export"]["args"]))
+        lines.append(data["export"]["python"] if args.export == "accelerate" else data["export"]["command"])
         lines += [f"note: {n}" for n in data["export"]["notes"]]
     if args.out:
         lines.append(f"plan written to {args.out}")

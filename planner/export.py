@@ -4,23 +4,35 @@ nearest one it can and says so in `notes`."""
 from __future__ import annotations
 
 import re
+import shlex
 
+from hwmodels.units import InputError
 from sim.memory import activation_bytes, kv_cache_bytes
 from sim.plan import Plan, Workload
 from sim.shapes import ModelShape
 
 GiB = 2**30
+LLAMACPP_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 
 
 def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes: int, ram_bytes: int) -> dict:
     """{'device_map': {module: 0 | 'cpu' | 'disk'}, 'max_memory': {0: '..GiB', 'cpu': '..GiB'}, 'notes': [...]}."""
     tiers = plan.tiers()
     device_map, notes = {}, []
+    fused: dict[str, list] = {}
     for u in model.units:
         p = tiers[u.name]
         dev = 0 if p.tier == "vram" else "disk" if p.tier.startswith("disk") else "cpu"
+        if u.kind == "expert":  # transformers 5 fuses a block's experts into one module: map that module
+            fused.setdefault(u.modules[0].rsplit(".", 1)[0], []).append(dev)
+            continue
         for module in u.modules:
             device_map[module] = dev
+    for module, devs in fused.items():
+        device_map[module] = max(set(devs), key=lambda d: (devs.count(d), d == 0))
+        if len(set(devs)) > 1:
+            notes.append("transformers fuses a block's experts into one module: each block's experts go where most "
+                         "of them are.")
     if any(p.compute == "cpu" for p in plan.placements):
         notes.append("Accelerate computes offloaded modules on the GPU; units the plan computes on the CPU are "
                      "mapped to 'cpu' (offloaded) and will be copied in each forward.")
@@ -29,12 +41,18 @@ def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes:
     weights_gpu = sum(u.nbytes for u in model.units if tiers[u.name].tier == "vram")
     headroom = kv_cache_bytes(model, workload) + activation_bytes(model, workload)
     max_memory = {0: f"{(weights_gpu + headroom) / GiB:.2f}GiB", "cpu": f"{ram_bytes / GiB:.2f}GiB"}
-    return {"device_map": device_map, "max_memory": max_memory, "notes": notes}
+    # JSON turns the GPU key 0 into the string "0", which Accelerate rejects: give the Python call as well
+    python = (f"AutoModelForCausalLM.from_pretrained(path, device_map={device_map!r}, max_memory={max_memory!r}, "
+              "offload_folder='offload')")
+    return {"device_map": device_map, "max_memory": max_memory, "python": python, "notes": sorted(set(notes))}
 
 
 def to_llamacpp(model: ModelShape, plan: Plan) -> dict:
     """{'args': [...], 'ngl': N, 'ot': [...], 'notes': [...]}: all layers offloaded (-ngl 999) with -ot rules
     sending CPU-placed blocks, expert tensors and the output head to the CPU."""
+    if model.family not in LLAMACPP_FAMILIES:
+        raise InputError(f"export: llama.cpp cannot run a {model.family!r} model; export for accelerate instead "
+                         "(--export accelerate).")
     tiers = plan.tiers()
     on_gpu: dict[int, list[bool]] = {}
     experts_gpu: dict[int, list[bool]] = {}
@@ -55,14 +73,16 @@ def to_llamacpp(model: ModelShape, plan: Plan) -> dict:
     if any(0 < sum(f) < len(f) for f in experts_gpu.values()):
         notes.append("GGUF stores a layer's experts in one tensor: a block's experts go where most of them are.")
     ot = []
+    # llama.cpp matches -ot patterns with regex_search: anchor them, or 'output.weight' also hits 'attn_output.weight'
     if cpu_blocks:
-        ot.append(f"blk\\.({'|'.join(map(str, cpu_blocks))})\\.=CPU")
+        ot.append(f"^blk\\.({'|'.join(map(str, cpu_blocks))})\\.=CPU")
     if cpu_experts:
-        ot.append(f"blk\\.({'|'.join(map(str, cpu_experts))})\\.ffn_(up|down|gate)_exps\\.=CPU")
+        ot.append(f"^blk\\.({'|'.join(map(str, cpu_experts))})\\.ffn_(up|down|gate)_exps\\.=CPU")
     if not head_gpu:
-        ot.append("output\\.weight=CPU")
+        ot.append("^output\\.weight$=CPU")
     args = ["-ngl", "999"]
     for rule in ot:
-        re.compile(rule)  # every rule must be a valid regex
+        re.compile(rule.rsplit("=", 1)[0])  # every pattern must be a valid regex
         args += ["-ot", rule]
-    return {"args": args, "ngl": 999, "ot": ot, "notes": sorted(set(notes))}
+    command = "llama-cli -m MODEL.gguf " + " ".join(shlex.quote(a) for a in args)
+    return {"args": args, "ngl": 999, "ot": ot, "command": command, "notes": sorted(set(notes))}

@@ -15,7 +15,7 @@ from planner.options import OPTIONS
 from planner.search import LOADER_SETTINGS
 from sim.memory import PlanError, check_plan, memory_use
 from sim.models import load_model
-from sim.plan import Budgets, Workload
+from sim.plan import Budgets, Plan, Workload
 from sim.simulate import fast_simulate
 from tests.conftest import TOY as SMALL_TOY
 from tests.toys import toy_model
@@ -103,7 +103,8 @@ def test_exports():
     p = plan(q, m, w, Budgets.of(m, vram=16 * 2**30), time_budget_s=0.5)
     acc = to_accelerate(q, p, w, 16 * 2**30, 90 * 2**30)
     assert set(acc["device_map"].values()) <= {0, "cpu", "disk"}
-    assert len(acc["device_map"]) == sum(len(u.modules) for u in q.units)
+    # every non-expert module, and each block's fused experts module once (transformers 5 has no per-expert modules)
+    assert len(acc["device_map"]) == sum(len(u.modules) for u in q.units if u.kind != "expert") + q.n_blocks
     assert acc["max_memory"]["cpu"].endswith("GiB")
     llama = to_llamacpp(q, p)
     assert llama["args"][:2] == ["-ngl", "999"]
@@ -111,3 +112,37 @@ def test_exports():
         pattern, target = rule.rsplit("=", 1)
         re.compile(pattern)
         assert target == "CPU"
+
+
+def test_llamacpp_export_is_anchored_quoted_and_refuses_opt():
+    """Issue 11: llama.cpp matches -ot with regex_search; the head rule must not hit blk.N.attn_output.weight."""
+    import shlex
+    from hwmodels.units import InputError
+    from sim.plan import Placement
+    q = load_model("llama-3.1-8b")
+    placements = tuple(Placement(unit=u.name, tier="ram_pageable" if u.kind == "lm_head" or u.block == 3 else "vram",
+                                 compute="cpu" if u.kind == "lm_head" or u.block == 3 else "gpu") for u in q.units)
+    p = Plan(model=q.name, machine="m", placements=placements)
+    ex = to_llamacpp(q, p)
+    pats = {rule.rsplit("=", 1)[0] for rule in ex["ot"]}
+    head = next(x for x in pats if "output" in x)
+    assert re.search(head, "output.weight") and not re.search(head, "blk.0.attn_output.weight")
+    blk = next(x for x in pats if "blk" in x)
+    assert re.search(blk, "blk.3.ffn_up.weight") and not re.search(blk, "blk.13.ffn_up.weight")
+    assert shlex.split(ex["command"])[3:] == ex["args"]            # pastes into a shell as the same arguments
+    opt = load_model("opt-175b")
+    with pytest.raises(InputError, match="llama.cpp cannot run"):
+        to_llamacpp(opt, Plan(model=opt.name, machine="m",
+                              placements=tuple(Placement(unit=u.name, tier="vram") for u in opt.units)))
+
+
+def test_accelerate_export_maps_fused_experts_and_gives_python_with_int_gpu_key():
+    from sim.plan import Placement
+    q = load_model("mixtral-8x7b")
+    placements = tuple(Placement(unit=u.name, tier="ram_pageable" if u.kind == "expert" and u.expert < 5 else "vram")
+                       for u in q.units)
+    acc = to_accelerate(q, Plan(model=q.name, machine="m", placements=placements), Workload(), 16 * 2**30, 90 * 2**30)
+    experts = {k: v for k, v in acc["device_map"].items() if k.endswith(".experts")}
+    assert len(experts) == q.n_blocks and set(experts.values()) == {"cpu"}   # 5 of 8 experts per block on the CPU
+    assert not any(k.split(".")[-1].isdigit() and ".experts." in k for k in acc["device_map"])
+    assert "max_memory={0: '" in acc["python"]
