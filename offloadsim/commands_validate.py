@@ -97,7 +97,9 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     m = prof["machine"]
     return emit(args, prof, f"profile written to {args.out}: cold read {m['storage']['cold_read_bytes_per_s'] / 1e9:.2f} GB/s, "
                 f"page cache {m['storage']['cache_read_bytes_per_s'] / 1e9:.2f} GB/s, pinned copy "
-                f"{m['link']['pinned_h2d_bytes_per_s'] / 1e9:.2f} GB/s, kernel overhead {m['gpu']['kernel_overhead_s'] * 1e6:.1f} us")
+                f"{m['link']['pinned_h2d_bytes_per_s'] / 1e9:.2f} GB/s, kernel overhead {m['gpu']['kernel_overhead_s'] * 1e6:.1f} us; "
+                f"{len(m['compute_grids'])} compute grids measured in the engine; device: {m['gpu']['name']}\n"
+                f"kept from preset {args.base!r} (not measured here): {', '.join(prof['calibration']['kept_from_preset'])}")
 
 
 def _validate_workload(args, shape, machine) -> Workload:

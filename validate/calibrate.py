@@ -266,6 +266,27 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool) -> 
     return meas
 
 
+def _host_ram_bytes() -> int:
+    """Installed RAM from /proc/meminfo (Linux), else the page count times the page size."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def kept_from_preset(machine: dict, measured: set[str]) -> list[str]:
+    """The numeric fields of a profile that calibrate did not measure (they keep the base preset's values)."""
+    out = []
+    for part in ("gpu", "link", "storage", "host_memory", "cpu"):
+        for key, value in machine[part].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and f"{part}.{key}" not in measured:
+                out.append(f"{part}.{key}")
+    return out
+
+
 def _in_engine(machine, folder: Path, quick: bool, meas: dict):
     """Stage speeds timed inside the engine replace the microbenchmarks' at the unit's size (copy speeds are scaled
     by size around the engine's point); then the per-item host cost is fitted. Returns (machine, overrides)."""
@@ -332,10 +353,14 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
         over["host_memory.pin_bytes_per_s"] = meas["pin_bytes_per_s"]
         if meas.get("contention"):
             over["cpu.copy_contention"] = meas["contention"]["factor"]
-    else:  # the CPU is the device: 'VRAM' is RAM, the 'link' is a host copy
+    else:  # the CPU is the device: 'VRAM' is this machine's RAM, the 'link' is a host copy (not the base's GPU)
+        ram = _host_ram_bytes()
         over.update({"link.pinned_h2d_bytes_per_s": meas["memcpy_bytes_per_s"],
                      "link.pageable_h2d_bytes_per_s": meas["memcpy_bytes_per_s"], "link.latency_s": 0.0,
+                     "gpu.name": f"CPU as the device ({platform.processor() or platform.machine()}, no CUDA)",
+                     "gpu.vram_bytes": ram, "host_memory.capacity_bytes": ram,
                      "gpu.vram_bytes_per_s": m.cpu.memory_bytes_per_s, "storage.request_latency_s": 0.0,
+                     "cpu.cores": os.cpu_count() or 1,
                      "cpu.flops_per_s": over["gpu.bf16_flops_per_s"], "cpu.op_overhead_s": overhead})
     machine = m.with_overrides(**over).model_copy(update={"compute_grids": tuple(grids)})
     machine, in_engine = _in_engine(machine, folder, quick, meas)
@@ -353,4 +378,5 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
                   "grids timed inside the engine (batch x prompt, batch x context; validate/compute_grid.py); CPU "
                   "decoder time beside copies (contention); roofline fallback fitted from a synchronised layer",
         "base_preset": base, "cuda": cuda, "torch": torch.__version__,
-        "measurements": {k: v for k, v in meas.items() if k not in ("grids", "config")}}}
+        "measurements": {k: v for k, v in meas.items() if k not in ("grids", "config")},
+        "kept_from_preset": kept_from_preset(machine.model_dump(), set(over))}}
