@@ -23,6 +23,8 @@ def add_all(sub: argparse._SubParsersAction) -> None:
     hw.add_argument("--out", default=None, help="'detect': write the profile JSON here")
     hw.add_argument("--disk-path", default=".", help="'detect': folder whose disk is read (default .)")
     hw.add_argument("--json", action="store_true")
+    from offloadsim import commands
+    hw.set_defaults(run=commands.hw)
 
     info = sub.add_parser("info", help="per-unit eq. (1) time in every tier and the eq. (2) verdict")
     _model(info)
@@ -30,9 +32,11 @@ def add_all(sub: argparse._SubParsersAction) -> None:
     info.add_argument("--codec-ratio", type=float, default=0.70, help="stored/raw size of the codec (default 0.70)")
     info.add_argument("--unpack-speed", default=None, help="total unpack speed, e.g. 4GB/s (default: machine's CPU)")
     info.add_argument("--json", action="store_true")
+    info.set_defaults(run=commands.info_cmd)
 
     gap = sub.add_parser("gap", help="VRAM bandwidth over host-link bandwidth per GPU generation")
     gap.add_argument("--json", action="store_true")
+    gap.set_defaults(run=commands.gap)
 
     from offloadsim.args_sim import add_sim
     add_sim(sub, _model, _machine)

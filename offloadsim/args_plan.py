@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 
+from offloadsim import commands_plan
 from offloadsim.args_sim import add_workload
 
 
 def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p = sub.add_parser("plan", help="choose where every unit lives under the budgets; compare with every baseline")
+    p.set_defaults(run=commands_plan.plan_cmd)
     model_args(p)
     machine_args(p)
     add_workload(p)
@@ -20,6 +22,7 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p.add_argument("--json", action="store_true")
 
     q = sub.add_parser("pareto", help="predicted time per token against the VRAM and RAM budgets, every planner")
+    q.set_defaults(run=commands_plan.pareto_cmd)
     model_args(q)
     machine_args(q)
     add_workload(q)
@@ -30,6 +33,7 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
 
 def add_whatif(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p = sub.add_parser("whatif", help="plan and predict every combination of machine changes; rank single upgrades")
+    p.set_defaults(run=commands_plan.whatif_cmd)
     model_args(p)
     machine_args(p)
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import argparse
 
+from offloadsim import commands_validate
+
 
 def add_validate(sub: argparse._SubParsersAction) -> None:
     m = sub.add_parser("make-checkpoint", help="write a random-weight Hugging Face checkpoint from a preset's config")
+    m.set_defaults(run=commands_validate.make_checkpoint_cmd)
     m.add_argument("--preset", required=True, help="model preset, e.g. qwen3-14b or llama-3.1-8b")
     m.add_argument("--layers", type=int, default=None, help="num_hidden_layers")
     m.add_argument("--hidden", type=int, default=None, help="hidden_size")
@@ -18,6 +21,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--out", required=True, help="empty folder to write")
 
     c = sub.add_parser("calibrate", help="measure this machine and write a profile for simulate/plan/validate")
+    c.set_defaults(run=commands_validate.calibrate_cmd)
     c.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     c.add_argument("--base", default="h200-testbox", help="preset whose unmeasured values the profile keeps")
     c.add_argument("--model", default="llama-3.1-8b", help="preset or config.json whose decoder layer is timed")
@@ -25,6 +29,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--out", default="profile.json")
 
     v = sub.add_parser("validate", help="run a plan on the engine and compare with the simulator")
+    v.set_defaults(run=commands_validate.validate_cmd)
     v.add_argument("--checkpoint", required=True, help="Hugging Face checkpoint folder (config.json + safetensors)")
     v.add_argument("--plan", required=True, help="plan JSON (offloadsim plan --out), or a policy name")
     v.add_argument("--profile", default=None, help="machine profile JSON (offloadsim calibrate) or preset")

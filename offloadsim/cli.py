@@ -6,29 +6,13 @@ argparse's own errors included). Set OFFLOADSIM_DEBUG=1 to see tracebacks of une
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from typing import Callable
 
 from pydantic import ValidationError
 
 from hwmodels.units import InputError
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
-
-
-def command(name: str):
-    def deco(fn):
-        COMMANDS[name] = fn
-        return fn
-    return deco
-
-
-def emit(args: argparse.Namespace, data: dict | list, text: str) -> int:
-    print(json.dumps(data, indent=1, default=float) if getattr(args, "json", False) else text)
-    return 0
-
+from offloadsim.output import fail
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-sentence errors (no usage block) and exit code 2."""
@@ -38,15 +22,8 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def fail(sentence: str) -> int:
-    """Print one sentence on stderr (newlines folded) and return exit code 2."""
-    print("offloadsim: error: " + " ".join(str(sentence).split()), file=sys.stderr)
-    return 2
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from offloadsim import commands, commands_plan, commands_sim, commands_validate  # noqa: F401  (registers handlers)
-    from offloadsim.args import add_all
+    from offloadsim.args import add_all  # each subcommand's parser carries its handler (set_defaults(run=...))
 
     p = _Parser(prog="offloadsim", description="Simulate, plan and validate weight streaming "
                 "(SSD -> RAM -> unpack -> PCIe -> VRAM) for models larger than GPU memory.")
@@ -68,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help exits 0, argument errors 2 (already printed in one sentence)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     try:
-        return COMMANDS[args.cmd](args)
+        return args.run(args)
     except InputError as exc:
         return fail(str(exc))
     except ValidationError as exc:

@@ -4,28 +4,13 @@ from __future__ import annotations
 import argparse
 
 from hwmodels.presets import load_machine
-from hwmodels.units import InputError, parse_bandwidth
-from offloadsim.cli import command, emit
+from hwmodels.units import InputError
 from offloadsim.hwreport import format_gap, gap_rows, machine_detail, machines_rows, parts_rows
 from offloadsim.inforeport import format_info, info
-from sim.equations import Codec, machine_codec
-from sim.formats import parse_format
-from sim.models import load_model
+from offloadsim.output import emit
+from offloadsim.resolve import resolve_codec, resolve_model
 
 
-def resolve_model(args: argparse.Namespace):
-    return load_model(args.model, parse_format(args.dtype) if args.dtype is not None else None)
-
-
-def resolve_codec(args: argparse.Namespace, machine) -> Codec:
-    if not 0 < args.codec_ratio <= 1:
-        raise InputError(f"codec-ratio: {args.codec_ratio} is out of range; give stored/raw size in (0, 1], like 0.7.")
-    if args.unpack_speed is not None:
-        return Codec(name="custom", ratio=args.codec_ratio, unpack_bytes_per_s=parse_bandwidth(args.unpack_speed, "unpack-speed"))
-    return machine_codec(machine, ratio=args.codec_ratio)
-
-
-@command("hw")
 def hw(args: argparse.Namespace) -> int:
     if args.action == "list":
         rows = machines_rows()
@@ -71,7 +56,6 @@ def hw_detect(args: argparse.Namespace) -> int:
     return emit(args, {**d, "notes": notes, "out": str(out) if out else None}, text)
 
 
-@command("info")
 def info_cmd(args: argparse.Namespace) -> int:
     machine = load_machine(args.machine)
     model = resolve_model(args)
@@ -79,7 +63,6 @@ def info_cmd(args: argparse.Namespace) -> int:
     return emit(args, rep, format_info(rep))
 
 
-@command("gap")
 def gap(args: argparse.Namespace) -> int:
     rows = gap_rows()
     return emit(args, rows, format_gap(rows) + "\nratio = VRAM bandwidth / host-to-GPU bandwidth (x16, per direction)")

@@ -9,10 +9,9 @@ import math
 
 from hwmodels.units import InputError, check_count
 from offloadsim import limits
-from offloadsim.cli import command, emit, fail
+from offloadsim.output import emit, fail
 from offloadsim.outputs import atomic, check_output
-from offloadsim.commands import resolve_model
-from offloadsim.commands_sim import resolve_budgets, resolve_workload
+from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.attribution import stall_attribution
 
 GiB = 2**30
@@ -37,7 +36,6 @@ def _collapse(rows: list[dict]) -> list[tuple[dict, int]]:
     return out
 
 
-@command("plan")
 def plan_cmd(args: argparse.Namespace) -> int:
     out = check_output(args.out, "out", (args.model, args.machine), (".json",))
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and 0 < args.time_budget <= 3600):
@@ -98,7 +96,6 @@ def plan_cmd(args: argparse.Namespace) -> int:
     return emit(args, data, "\n".join(lines))
 
 
-@command("pareto")
 def pareto_cmd(args: argparse.Namespace) -> int:
     out = check_output(args.out, "out", (args.model, args.machine), (".png", ".svg", ".pdf"))
     if args.points < 2:
@@ -122,7 +119,6 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     return emit(args, data, "\n".join(lines))
 
 
-@command("whatif")
 def whatif_cmd(args: argparse.Namespace) -> int:
     plot_out = check_output(args.plot, "plot", (args.model, args.machine), (".png", ".svg", ".pdf"))
     if not args.vary:

@@ -6,26 +6,16 @@ import argparse
 from hwmodels.presets import load_machine
 from hwmodels.units import check_count
 from offloadsim import limits
-from offloadsim.cli import command, emit
-from offloadsim.commands import resolve_model
+from offloadsim.output import emit
 from offloadsim.outputs import atomic, check_distinct, check_output
+from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.attribution import stall_attribution
 from sim.critical import critical_path, path_breakdown
 from sim.events import write_chrome_trace
 from sim.pipeline import rules
-from sim.plan import Budgets, Plan, Workload
+from sim.plan import Plan
 from sim.policies import get_policy
 from sim.simulate import simulate
-
-
-def resolve_workload(args: argparse.Namespace) -> Workload:
-    """The request's counts, each within its sane maximum (offloadsim.limits)."""
-    return limits.workload(args, warm=args.warm)
-
-
-def resolve_budgets(args: argparse.Namespace, machine) -> Budgets:
-    """--vram/--ram/--pinned, refused above the machine's hardware."""
-    return limits.budgets(args, machine)
 
 
 def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
@@ -60,7 +50,6 @@ def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
     return "\n".join(lines)
 
 
-@command("simulate")
 def simulate_cmd(args: argparse.Namespace) -> int:
     inputs = (args.plan, args.model, args.machine)
     gantt_out = check_output(args.gantt, "gantt", inputs, (".png", ".svg", ".pdf"))

@@ -10,7 +10,7 @@ from pathlib import Path
 from hwmodels.presets import load_machine
 from hwmodels.units import InputError, check_count, parse_bytes
 from offloadsim import limits
-from offloadsim.cli import command, emit
+from offloadsim.output import emit
 from offloadsim.outputs import atomic, check_output
 from sim.plan import Budgets, Plan, Workload
 
@@ -48,7 +48,6 @@ def _device(device: str | None) -> str | None:
     return device
 
 
-@command("make-checkpoint")
 def make_checkpoint_cmd(args: argparse.Namespace) -> int:
     need_torch("make-checkpoint")
     from sim.families import shape_from_config
@@ -75,7 +74,6 @@ def make_checkpoint_cmd(args: argparse.Namespace) -> int:
     return emit(args, {"out": str(out)}, f"checkpoint written to {out}")
 
 
-@command("calibrate")
 def calibrate_cmd(args: argparse.Namespace) -> int:
     need_torch("calibrate")
     from sim.families import shape_from_config
@@ -118,7 +116,6 @@ def _validate_workload(args, shape, machine) -> Workload:
     return w
 
 
-@command("validate")
 def validate_cmd(args: argparse.Namespace) -> int:
     need_torch("validate")
     from sim.models import load_model, read_config
