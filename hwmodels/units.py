@@ -10,6 +10,9 @@ import difflib
 import math
 import re
 
+GB = 10**9
+GiB = 2**30
+
 
 class InputError(ValueError):
     """Bad user input: the message is one sentence naming the field, the value and the fix."""

@@ -2,19 +2,17 @@
 from __future__ import annotations
 
 import argparse
-import json
-
-from hwmodels.presets import load_machine
 import math
 
-from hwmodels.units import InputError, check_count
+from hwmodels.presets import load_machine
+
+from hwmodels.units import GiB, InputError, check_count
 from offloadsim import limits
 from offloadsim.output import emit, fail
 from offloadsim.outputs import atomic, check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.attribution import stall_attribution
 
-GiB = 2**30
 
 
 def _placement_rows(model, plan, attrib: dict[str, float]) -> list[dict]:

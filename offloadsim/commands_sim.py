@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from hwmodels.presets import load_machine
-from hwmodels.units import check_count
+from hwmodels.units import GiB, check_count
 from offloadsim import limits
 from offloadsim.output import emit
 from offloadsim.outputs import atomic, check_distinct, check_output
@@ -19,7 +19,6 @@ from sim.simulate import simulate
 
 
 def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
-    GiB = 2**30
     lines = [f"{plan.model} on {plan.machine}, policy {plan.policy}: prefetch {plan.prefetch_depth}, "
              f"{plan.vram_slots} VRAM slots, copy overlap {'on' if plan.overlap_copy else 'off'}",
              f"time to first token  {s['ttft_s']:10.4f} s",

@@ -8,13 +8,12 @@ import os
 from pathlib import Path
 
 from hwmodels.presets import load_machine
-from hwmodels.units import InputError, check_count, parse_bytes
+from hwmodels.units import GiB, InputError, check_count, parse_bytes
 from offloadsim import limits
 from offloadsim.output import emit
 from offloadsim.outputs import atomic, check_output
 from sim.plan import Budgets, Plan, Workload
 
-GiB = 2**30
 MAX_CHECKPOINT_BYTES = 64 * GiB   # make-checkpoint writes random weights; beyond this it is no test checkpoint
 MAX_CALIBRATE_LAYER_BYTES = 2 * GiB
 

@@ -9,7 +9,6 @@ from sim.policies import fit_slots, make_plan
 from sim.shapes import ModelShape
 from sim.simulate import fast_simulate
 
-GiB = 2**30
 
 
 def _streamed_tpot(model: ModelShape, machine: MachineSpec, codec: Codec, tier: str, warm: bool) -> float:

@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 
 from hwmodels.specs import MachineSpec
-from hwmodels.units import InputError, check_count, check_real
+from hwmodels.units import GiB, InputError, check_count, check_real
 from sim.memory import activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Workload
 from sim.shapes import ModelShape
 
-GiB = 2**30
 MAX_BATCH = 4096
 MAX_PROMPT_TOKENS = 1_048_576
 MAX_NEW_TOKENS = 8192

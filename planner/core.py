@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hwmodels.specs import MachineSpec
-from hwmodels.units import InputError
+from hwmodels.units import GiB, InputError
 from planner.baselines import baseline_plans
 from planner.bound import lower_bound
 from planner.candidates import coarse_groups, milp_candidates
@@ -29,7 +29,6 @@ from sim.plan import Budgets, Placement, Plan, Workload
 from sim.policies import POLICIES
 from sim.shapes import ModelShape
 
-GiB = 2**30
 SAFETY_S = 300.0   # wall-clock safety net of the search (reported when it fires; never the normal stop)
 
 

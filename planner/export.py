@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 import shlex
 
-from hwmodels.units import InputError
+from hwmodels.units import GiB, InputError
 from sim.memory import activation_bytes, kv_cache_bytes
 from sim.plan import Plan, Workload
 from sim.shapes import ModelShape
 
-GiB = 2**30
 LLAMACPP_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 
 

@@ -84,7 +84,7 @@ def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usag
     """`cached`: disk reads after the first hit the page cache (the plan must then fit its disk units in it)."""
     nb = np.array([u.nbytes for u in model.units], dtype=float)
     n, k = len(nb), len(OPTIONS)
-    st, link = machine.storage, machine.link
+    st = machine.storage
     uses = use.uses.astype(float)
     ratio = codec.ratio if codec else 1.0
     first_cold = 0.0 if (w.warm or phase == "decode") else 1.0

@@ -6,15 +6,15 @@ from pathlib import Path
 import numpy as np
 
 from hwmodels.specs import MachineSpec
+from hwmodels.units import GiB
 from planner.baselines import baseline_plans
 from planner.core import plan_with_report
 from sim.memory import min_vram_bytes
-from sim.plan import Budgets, Workload
+from sim.plan import OS_RESERVE_BYTES, Budgets, Workload
 from sim.policies import POLICIES
 from sim.simulate import fast_simulate
 from sim.shapes import ModelShape
 
-GiB = 2**30
 
 
 def _times(model, machine, w, budgets, time_budget_s) -> dict:
@@ -41,7 +41,7 @@ def sweep(model: ModelShape, machine: MachineSpec, w: Workload, points: int = 7,
                for v in vrams]
     mid = vrams[len(vrams) // 2]
     cap = machine.host_memory.capacity_bytes
-    rams = np.linspace(max(cap // 8, 2 * GiB), cap - 4 * GiB, points).astype(int).tolist()
+    rams = np.linspace(max(cap // 8, 2 * GiB), cap - OS_RESERVE_BYTES, points).astype(int).tolist()
     by_ram = [dict(ram_bytes=r, **_times(model, machine, w, Budgets.of(machine, vram=mid, ram=r), time_budget_s))
               for r in rams]
     # where streaming everything is slower than computing on the CPU with nothing on the GPU

@@ -9,7 +9,7 @@ from planner.baselines import density_greedy
 from sim.fast import Unsupported
 from sim.memory import PlanError, activation_bytes, check_plan, kv_cache_bytes
 from sim.plan import Budgets, Plan, Workload
-from sim.policies import POLICIES, fit_slots, make_plan
+from sim.policies import OFFLOAD_MIN_TOKENS, POLICIES, fit_slots, make_plan
 from sim.simulate import fast_simulate
 from sim.shapes import ModelShape
 
@@ -53,7 +53,7 @@ def hybrids(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budge
         for i in resident:
             tiers[units[i].name] = "vram"
         plan = make_plan(model, machine, "planner-quick", tiers, compute, prefetch_depth=2, vram_slots=3,
-                         pinned_slots=3, gpu_offload_min_tokens=32)
+                         pinned_slots=3, gpu_offload_min_tokens=OFFLOAD_MIN_TOKENS)
         try:
             plans.append(fit_slots(model, plan, w, budgets, 3))
         except PlanError:

@@ -14,10 +14,10 @@ import numpy as np
 
 from planner.evaluator import Evaluator, Settings
 from planner.options import OPTIONS
+from sim.policies import OFFLOAD_MIN_TOKENS
 
 # (prefetch depth, VRAM slots, pinned slots) the planner tries, each without and with the prefill offload of CPU units
 LOADER_SETTINGS = ((1, 2, 2), (2, 3, 3), (3, 4, 3), (0, 1, 1))
-OFFLOAD_MIN_TOKENS = 32
 EXACT_LIMIT = 30_000      # assignments x loader settings searched exhaustively
 KICKS = 8                 # seeded kicks of the iterated local search, at most
 FUTILE_KICKS = 2          # ... ending after this many in a row that improve nothing

@@ -9,9 +9,9 @@ from tqdm import tqdm
 
 from hwmodels.presets import get_part
 from hwmodels.specs import MachineSpec
-from hwmodels.units import InputError, parse_bytes, parse_link
+from hwmodels.units import GiB, InputError, parse_bytes, parse_link
 from planner.quick import quick_plan
-from sim.plan import Budgets, Workload
+from sim.plan import OS_RESERVE_BYTES, Budgets, Workload
 from sim.shapes import ModelShape
 
 KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu")
@@ -62,7 +62,7 @@ def variant(machine: MachineSpec, combo: dict[str, str]) -> tuple[MachineSpec, d
         elif key == "ram":
             ram = parse_bytes(v, "ram")
             update["host_memory"] = machine.host_memory.model_copy(update={"capacity_bytes": max(ram, 1)})
-            budget["ram"] = max(ram - 4 * 2**30, 0)
+            budget["ram"] = max(ram - OS_RESERVE_BYTES, 0)
         elif key == "vram":
             budget["vram"] = parse_bytes(v, "vram")
     m = machine.model_copy(update=update)
@@ -84,7 +84,7 @@ def _one(combo: dict) -> dict:
     m, budget = variant(machine, combo)
     if budget.get("vram", 0) > m.gpu.vram_bytes:  # more VRAM needs a larger GPU: vary gpu= for it
         return {"combo": combo, "feasible": False,
-                "reason": f"vram={combo['vram']} exceeds the {m.gpu.name}'s {m.gpu.vram_bytes / 2**30:.2f} GiB; "
+                "reason": f"vram={combo['vram']} exceeds the {m.gpu.name}'s {m.gpu.vram_bytes / GiB:.2f} GiB; "
                           "vary gpu= to get more VRAM"}
     b = Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))
     plan, s = quick_plan(model, m, w, b)

@@ -31,7 +31,6 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
              reader_threads: int = 1) -> FastResult:
     if reader_threads != 1:
         raise Unsupported("the fast evaluator models one disk reader; parallel readers need the SimPy timeline")
-    n = len(sch)
     load = sch.load
     read_b, unpack_s, copy_s, comp_s, gate = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s + sch.overhead_s, sch.gate
     lat, cold, warm = sch.read_latency_s, sch.cold_bytes_per_s, sch.cache_bytes_per_s

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hwmodels.units import InputError
+from hwmodels.units import GiB, InputError
 from sim.equations import STAGED_TIERS
 from sim.plan import Budgets, Plan, Workload
 from sim.shapes import ModelShape
 
-GiB = 2**30
 
 
 class PlanError(InputError):

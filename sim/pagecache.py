@@ -28,7 +28,8 @@ import math
 
 import numpy as np
 
-GiB = 2**30
+from hwmodels.units import GiB
+
 NONE, INACTIVE, ACTIVE = 0, 1, 2
 # scalar state: F = [capacity, inactive_bytes, active_bytes, age, hit_bytes, miss_bytes]; N = [head, tail] of the
 # inactive list, [head, tail] of the active list (head: oldest; -1: empty), their lengths, hits, misses

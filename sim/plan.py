@@ -5,7 +5,6 @@ Plans are made by policies and the planner; the simulator and the engine only co
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -14,10 +13,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError
 
 from hwmodels.specs import MachineSpec
-from hwmodels.units import InputError
+from hwmodels.units import GiB, InputError
 from sim.equations import Codec, Tier
 
 PLAN_VERSION = 1
+OS_RESERVE_BYTES = 4 * GiB  # RAM the default budget leaves to the OS and other programs [E]
 MAX_PLAN_BYTES = 64 * 2**20
 MAX_SLOTS = 64  # staging buffers, prefetch depth and reader threads: engines use 1-4
 
@@ -108,7 +108,7 @@ class Budgets(Spec):
     @classmethod
     def of(cls, machine: MachineSpec, vram: int | None = None, ram: int | None = None, pinned: int | None = None) -> "Budgets":
         """Defaults: the whole VRAM, the whole RAM less 4 GiB for the OS, half the RAM pinnable."""
-        ram_b = ram if ram is not None else max(machine.host_memory.capacity_bytes - 4 * 2**30, 0)
+        ram_b = ram if ram is not None else max(machine.host_memory.capacity_bytes - OS_RESERVE_BYTES, 0)
         return cls(vram_bytes=vram if vram is not None else machine.gpu.vram_bytes, ram_bytes=ram_b,
                    pinned_bytes=pinned if pinned is not None else ram_b // 2)
 

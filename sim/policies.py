@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Callable
 
 from hwmodels.specs import MachineSpec
-from hwmodels.units import unknown_name
+from hwmodels.units import GiB, unknown_name
 from sim.memory import PlanError, activation_bytes, check_plan, kv_cache_bytes
 from sim.plan import Budgets, Placement, Plan, Workload
 from sim.shapes import ModelShape
 
-GiB = 2**30
+OFFLOAD_MIN_TOKENS = 32  # llama.cpp copies CPU-placed weights to the GPU for batches of >= 32 tokens
+                        # (ggml-cuda.cu: ggml_backend_cuda_device_offload_op, min_batch_size = 32)
 Policy = Callable[[ModelShape, MachineSpec, Workload, Budgets], Plan]
 POLICIES: dict[str, Policy] = {}
 
@@ -141,7 +142,7 @@ def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
     tiers.update({n: "vram" for n in on_gpu})
     compute = {n: "cpu" for n in cpu_names}
     plan = make_plan(model, machine, "llamacpp", tiers, compute, prefetch_depth=0, overlap_copy=False, vram_slots=1,
-                     pinned_slots=0, pinned_staging=False, gpu_offload_min_tokens=32)
+                     pinned_slots=0, pinned_staging=False, gpu_offload_min_tokens=OFFLOAD_MIN_TOKENS)
     check_plan(model, plan, w, budgets)
     return plan
 
