@@ -129,3 +129,17 @@ def test_engine_startup_delays_the_loads(toy_machine):
     assert res.summary["ttft_s"] == pytest.approx(5.8)
     from sim.simulate import fast_simulate
     assert fast_simulate(m, machine, plan, ONE, BIG)["ttft_s"] == pytest.approx(5.8)
+
+
+def test_compute_times_are_not_shared_between_units_that_differ_in_kv_or_hidden(toy_machine):
+    """Modelling bug 5: the compute cache keyed on (kind, bytes, FLOP params, ...) gave two units that differ only in
+    KV bytes and hidden size the same time. Roofline on the toy: bytes touched / 10 B/s."""
+    from sim.formats import parse_format
+    from sim.shapes import ModelShape, UnitShape
+    base = dict(kind="decoder", matrix_params=2, nbytes=4, flop_params=0, launches=0)
+    units = (UnitShape(name="a", block=0, modules=("a",), hidden=0, kv_bytes_per_token=0, **base),
+             UnitShape(name="b", block=1, modules=("b",), hidden=1, kv_bytes_per_token=2, **base))
+    m = ModelShape(name="t", family="toy", weight_format=parse_format("bf16"), n_blocks=2, hidden=1, vocab=0, units=units)
+    sch = build_schedule(m, toy_machine, toy_plan(m, "vram"), ONE, BIG)
+    # a: 4 weight bytes -> 0.4 s; b: 4 + KV 2 x 1 token + activations 4 x 1 token x hidden 1 = 10 bytes -> 1.0 s
+    assert list(sch.compute_s) == pytest.approx([0.4, 1.0])
