@@ -8,11 +8,8 @@ device is the CPU and the copy stage is a host copy.
 from __future__ import annotations
 
 import json
-import queue
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +19,10 @@ import torch
 from hwmodels.specs import MachineSpec
 from sim.equations import STAGED_TIERS
 from sim.events import Event
-from sim.pipeline import rules
-from sim.plan import Budgets, Plan, Workload
-from sim.schedule import CPU_READ, GPU_LOAD, build_schedule
+from sim.plan import Plan, Workload
 from sim.shapes import ModelShape
 from validate import model as M
-from validate.recording import Clock, to_events
-from validate.store import decompress_into, drop_cache, file_meta, read_bytes, read_into, views
+from validate.store import drop_cache, file_meta, read_bytes, read_into, views
 
 SWITCH_INTERVAL_S = 2e-4
 RESERVED_CORES = 2  # CPU compute leaves a core each to the reader and copier threads (else one busy core stalls
@@ -149,235 +143,7 @@ class Engine:
             torch.use_deterministic_algorithms(det, warn_only=det_warn)
 
     def _run(self, w: Workload, prompt: torch.Tensor | None, cold: bool) -> RunResult:
-        sch = build_schedule(self.shape, self.machine, self.plan, w, Budgets.unlimited())
-        n = len(sch)
-        units, steps = sch.unit.tolist(), sch.step.tolist()
-        load, read_b, unpack_s, pin = sch.load.tolist(), sch.read_bytes.tolist(), sch.unpack_s.tolist(), sch.pinned_slot.tolist()
-        p = self.plan
-        r = rules(sch, p.prefetch_depth, p.overlap_copy, p.vram_slots, p.pinned_slots)
-        on_cpu, blocking, window, after = sch.on_cpu.tolist(), r.blocking.tolist(), r.window.tolist(), r.after.tolist()
-        comp_end: list = [None] * n     # CUDA event at the end of each GPU compute
-        names = [u.name for u in self.shape.units]
-        if prompt is None:
-            prompt = torch.randint(0, self.shape.vocab, (w.batch, w.prompt_tokens), generator=torch.Generator().manual_seed(w.seed))
+        from validate.stream_run import StreamRun
         if cold:
             self.drop_page_cache()
-        caches = {}
-        for u in self.shape.units:
-            if u.kind == "decoder":
-                dev = "cpu" if self.tiers[u.name].compute == "cpu" else self.device
-                caches[u.name] = M.KVCache(self.arch, w.batch, w.prompt_tokens + w.new_tokens, dev, torch.bfloat16)
-        clock = Clock(self.cuda)
-        copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
-        compute_stream = torch.cuda.current_stream(self.device) if self.cuda else None
-        started = [threading.Event() for _ in range(n)]
-        finished = [threading.Event() for _ in range(n)]
-        host_done = [threading.Event() for _ in range(n)]
-        unpacked = [threading.Event() for _ in range(n)]
-        ready = [threading.Event() for _ in range(n)]
-        ready_ev: list = [None] * n
-        staging: list = [None] * n      # host buffer holding the item's bytes after read/unpack
-        slot_of: list = [None] * n
-        wviews: list = [None] * n       # the item's weight views, made by the copier
-        records: list[tuple] = []       # (i, stage, resource, start, end, nbytes, detail), CUDA events resolved later
-        loads = [i for i in range(n) if load[i]]
-        pinned_pool: queue.Queue = queue.Queue()
-        for b in self.pinned_slots:
-            pinned_pool.put(b)
-        read_pool: queue.Queue = queue.Queue()
-        for b in self.read_slots:
-            read_pool.put(b)
-        vram_pool: queue.Queue = queue.Queue()
-        for b in self.vram_slots:
-            vram_pool.put((b, None))
-        d = self.plan.prefetch_depth
-        errors: list[BaseException] = []
-        sync_each = (d == 0 or not self.plan.overlap_copy) and any(x == GPU_LOAD for x in load)
-
-        def gate(k: int) -> None:  # the simulator's rules (sim/pipeline.py): prefetch window, depth 0, router
-            i = loads[k]
-            if after[i] >= 0:
-                finished[after[i]].wait()
-            if window[i] >= 0:
-                started[window[i]].wait()
-            if sch.gate[i] >= 0:
-                finished[int(sch.gate[i])].wait()
-
-        def guarded(fn):
-            def inner():
-                try:
-                    fn()
-                except BaseException as exc:  # surfaced by the compute thread
-                    errors.append(exc)
-                    for e in ready + host_done + unpacked:
-                        e.set()
-            return inner
-
-        def reader():
-            for k, i in enumerate(loads):
-                if not (read_b[i] > 0 or pin[i]):
-                    continue
-                gate(k)
-                name = names[units[i]]
-                tier = self.tiers[name].tier
-                if pin[i]:
-                    staging[i] = pinned_pool.get()
-                if read_b[i] > 0:
-                    t0 = clock.now()
-                    if tier == "disk_compressed":
-                        zbuf = read_pool.get()
-                        read_into(self.store / self.files[name]["zst"], self.zmeta[name], torch.from_numpy(zbuf))
-                        staging[i] = (staging[i], zbuf[: self.zmeta[name]["stored"]], zbuf)
-                    else:
-                        buf = staging[i] if staging[i] is not None else self._host_buffer(self.meta[name]["nbytes"], False)
-                        read_into(self.store / self.files[name]["raw"], self.meta[name], buf)
-                        staging[i] = buf
-                    records.append((i, "read", "storage", t0, clock.now(), read_b[i], ""))
-                host_done[i].set()
-
-        pool = ThreadPoolExecutor(self.unpack_threads)
-
-        def unpacker():
-            for k, i in enumerate(loads):
-                if unpack_s[i] <= 0:
-                    continue
-                if read_b[i] > 0 or pin[i]:
-                    host_done[i].wait()
-                else:
-                    gate(k)
-                name = names[units[i]]
-                src = staging[i]
-                dest, packed, zbuf = (src if isinstance(src, tuple) else (src, self.packed[name], None))
-                if dest is None:
-                    dest = self._host_buffer(self.meta[name]["nbytes"], False)
-                t0 = clock.now()
-                decompress_into(packed, self.zmeta[name], dest, pool)
-                if zbuf is not None:
-                    read_pool.put(zbuf)
-                records.append((i, "unpack", "unpack", t0, clock.now(), self.meta[name]["nbytes"], ""))
-                staging[i] = dest
-                unpacked[i].set()
-
-        def copier():
-            for k, i in enumerate(loads):
-                name = names[units[i]]
-                if unpack_s[i] > 0:
-                    unpacked[i].wait()
-                elif read_b[i] > 0 or pin[i]:
-                    host_done[i].wait()
-                else:
-                    gate(k)
-                if errors:
-                    return
-                src = staging[i] if staging[i] is not None else self.host.get(name)
-                if load[i] == CPU_READ:
-                    staging[i] = src
-                    wviews[i] = views(src, self.meta[name]["layout"])
-                    ready[i].set()
-                    continue
-                if blocking[i] and i > 0:  # the simulator's rule: this copy starts after the previous compute ends
-                    finished[i - 1].wait()
-                    if comp_end[i - 1] is not None:
-                        comp_end[i - 1].synchronize()
-                slot, done = vram_pool.get()
-                nbytes = self.meta[name]["nbytes"]
-                if self.cuda:
-                    with torch.cuda.stream(copy_stream):
-                        if done is not None:
-                            copy_stream.wait_event(done)
-                        e0 = clock.event(copy_stream)
-                        slot[:nbytes].copy_(src[:nbytes], non_blocking=True)
-                        e1 = clock.event(copy_stream)
-                    records.append((i, "copy", "copy", e0, e1, nbytes, ""))
-                    ready_ev[i] = e1
-                    if pin[i]:
-                        e1.synchronize()
-                else:
-                    t0 = clock.now()
-                    slot[:nbytes].copy_(src[:nbytes])
-                    records.append((i, "copy", "copy", t0, clock.now(), nbytes, ""))
-                slot_of[i] = slot
-                wviews[i] = views(slot, self.meta[name]["layout"])  # built here, off the compute thread
-                if pin[i]:
-                    pinned_pool.put(staging[i])
-                ready[i].set()
-
-        threads = [threading.Thread(target=guarded(f), daemon=True) for f in (reader, unpacker, copier)]
-        for t in threads:
-            t.start()
-        logits: list[torch.Tensor] = []
-        tokens = []
-        x = None
-        failed = True
-        try:
-            with torch.inference_mode():
-                for i in range(n):
-                    s, name = steps[i], names[units[i]]
-                    u = self.shape.units[units[i]]
-                    if load[i]:
-                        ready[i].wait()
-                        if errors:
-                            raise errors[0]
-                        if self.cuda and ready_ev[i] is not None:
-                            compute_stream.wait_event(ready_ev[i])
-                    if load[i]:
-                        w_ = wviews[i]
-                        wviews[i] = None
-                    else:
-                        w_ = self.resident[name] if name in self.resident else self.host_views[name]
-                    dev = torch.device("cpu") if on_cpu[i] else self.device
-                    started[i].set()
-                    e0 = clock.event(compute_stream if dev.type == "cuda" else None) if dev.type == "cuda" else clock.now()
-                    if u.kind == "embedding":
-                        ids = prompt if s == 0 else tokens[-1][:, None]
-                        x = M.embed(ids.to(dev), w_)
-                        start = 0 if s == 0 else w.prompt_tokens + s - 1
-                        pos = torch.arange(start, start + ids.shape[1], device=self.device)
-                        cos, sin = M.rope(pos, self.arch, torch.bfloat16)
-                    elif u.kind == "decoder":
-                        cache = caches[name]
-                        if cache.k.device != dev:  # a CPU-placed layer computed on the GPU for a big step
-                            tmp = M.KVCache(self.arch, w.batch, cache.k.shape[2], dev, torch.bfloat16)
-                            tmp.k[:, :, :start], tmp.v[:, :, :start] = cache.k[:, :, :start], cache.v[:, :, :start]
-                            x = M.decoder_layer(x.to(dev), w_, self.arch, tmp, start, cos.to(dev), sin.to(dev))
-                            end = start + x.shape[1]
-                            cache.k[:, :, start:end], cache.v[:, :, start:end] = tmp.k[:, :, start:end].cpu(), tmp.v[:, :, start:end].cpu()
-                        else:
-                            x = M.decoder_layer(x.to(dev), w_, self.arch, cache, start, cos.to(dev), sin.to(dev))
-                    else:
-                        out = M.head(x.to(dev), w_, self.arch)
-                        logits.append(out.to("cpu"))
-                        tokens.append(out.argmax(-1).to(self.device))
-                    if dev.type == "cuda":
-                        e1 = clock.event(compute_stream)
-                        comp_end[i] = e1
-                        records.append((i, "compute", "gpu", e0, e1, 0.0, ""))
-                        if load[i] == GPU_LOAD:
-                            vram_pool.put((slot_of[i], e1))
-                        if sync_each:
-                            e1.synchronize()
-                    else:
-                        records.append((i, "compute", "cpu" if on_cpu[i] else "gpu", e0, clock.now(), 0.0, ""))
-                        if load[i] == GPU_LOAD:
-                            vram_pool.put((slot_of[i], None))
-                    finished[i].set()
-            if self.cuda:
-                torch.cuda.synchronize()
-            failed = False
-        finally:
-            for e in started + finished + ready + host_done + unpacked:
-                e.set()
-            for t in threads:  # after a failure a stage may sit on an empty pool: do not wait for it
-                t.join(timeout=1 if failed else 60)
-            pool.shutdown()
-        if errors:
-            raise errors[0]
-        events = to_events(records, clock, sch, names)
-        comp = {}
-        for e in events:
-            if e.stage == "compute":
-                comp[e.token] = max(comp.get(e.token, 0.0), e.end_s)
-        ends = [comp[s] for s in sorted(comp)]
-        ttft = ends[0]
-        tpot = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else ttft
-        return RunResult(torch.stack([t.cpu() for t in tokens], dim=1), logits, events, ttft, tpot, ends[-1])
+        return StreamRun(self, w, prompt).execute()

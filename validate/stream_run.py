@@ -1,0 +1,265 @@
+"""One run of a plan on the engine: the schedule's items through three stage threads and the compute thread.
+
+reader (storage -> host or pinned buffer) -> unpacker (zstd workers) -> copier (a side CUDA stream into VRAM slots)
+-> compute (the current stream, waiting on CUDA events). Which earlier event releases each stage is the simulator's
+own rule (`sim/pipeline.py`); every stage records its start and end with the simulator's event schema.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from sim.pipeline import rules
+from sim.plan import Budgets, Workload
+from sim.schedule import CPU_READ, GPU_LOAD, build_schedule
+from validate import model as M
+from validate.recording import Clock, to_events
+from validate.store import decompress_into, read_into, views
+
+
+class StreamRun:
+    """The per-run state (events, pools, buffers) and one method per stage; `execute()` returns the RunResult."""
+
+    def __init__(self, engine, w: Workload, prompt: torch.Tensor | None):
+        e, p = engine, engine.plan
+        self.e, self.w = e, w
+        sch = self.sch = build_schedule(e.shape, e.machine, p, w, Budgets.unlimited())
+        n = self.n = len(sch)
+        self.units, self.steps = sch.unit.tolist(), sch.step.tolist()
+        self.load, self.read_b = sch.load.tolist(), sch.read_bytes.tolist()
+        self.unpack_s, self.pin = sch.unpack_s.tolist(), sch.pinned_slot.tolist()
+        r = rules(sch, p.prefetch_depth, p.overlap_copy, p.vram_slots, p.pinned_slots)
+        self.on_cpu, self.blocking = sch.on_cpu.tolist(), r.blocking.tolist()
+        self.window, self.after = r.window.tolist(), r.after.tolist()
+        self.names = [u.name for u in e.shape.units]
+        self.prompt = prompt if prompt is not None else torch.randint(
+            0, e.shape.vocab, (w.batch, w.prompt_tokens), generator=torch.Generator().manual_seed(w.seed))
+        self.caches = {u.name: M.KVCache(e.arch, w.batch, w.prompt_tokens + w.new_tokens,
+                                         "cpu" if e.tiers[u.name].compute == "cpu" else e.device, torch.bfloat16)
+                       for u in e.shape.units if u.kind == "decoder"}
+        self.clock = Clock(e.cuda)
+        self.copy_stream = torch.cuda.Stream(e.device) if e.cuda else None
+        self.compute_stream = torch.cuda.current_stream(e.device) if e.cuda else None
+        self.started, self.finished, self.host_done, self.unpacked, self.ready = (
+            [threading.Event() for _ in range(n)] for _ in range(5))
+        self.comp_end: list = [None] * n   # CUDA event at the end of each GPU compute
+        self.ready_ev: list = [None] * n   # CUDA event at the end of each copy
+        self.staging: list = [None] * n    # host buffer holding the item's bytes after read/unpack
+        self.slot_of: list = [None] * n
+        self.wviews: list = [None] * n     # the item's weight views, made by the copier
+        self.records: list[tuple] = []     # (i, stage, resource, start, end, nbytes, detail); CUDA events resolved later
+        self.loads = [i for i in range(n) if self.load[i]]
+        self.pinned_pool, self.read_pool, self.vram_pool = queue.Queue(), queue.Queue(), queue.Queue()
+        for b in e.pinned_slots:
+            self.pinned_pool.put(b)
+        for b in e.read_slots:
+            self.read_pool.put(b)
+        for b in e.vram_slots:
+            self.vram_pool.put((b, None))
+        self.errors: list[BaseException] = []
+        self.sync_each = (p.prefetch_depth == 0 or not p.overlap_copy) and any(x == GPU_LOAD for x in self.load)
+        self.pool = ThreadPoolExecutor(e.unpack_threads)
+        self.logits: list[torch.Tensor] = []
+        self.tokens: list[torch.Tensor] = []
+
+    # -- the stage threads --------------------------------------------------------------------------------------
+    def gate(self, k: int) -> None:
+        """The simulator's rules (sim/pipeline.py): prefetch window, depth 0, router."""
+        i = self.loads[k]
+        if self.after[i] >= 0:
+            self.finished[self.after[i]].wait()
+        if self.window[i] >= 0:
+            self.started[self.window[i]].wait()
+        if self.sch.gate[i] >= 0:
+            self.finished[int(self.sch.gate[i])].wait()
+
+    def guarded(self, fn):
+        def inner():
+            try:
+                fn()
+            except BaseException as exc:  # surfaced by the compute thread
+                self.errors.append(exc)
+                for ev in self.ready + self.host_done + self.unpacked:
+                    ev.set()
+        return inner
+
+    def reader(self) -> None:
+        e, clock = self.e, self.clock
+        for k, i in enumerate(self.loads):
+            if not (self.read_b[i] > 0 or self.pin[i]):
+                continue
+            self.gate(k)
+            name = self.names[self.units[i]]
+            tier = e.tiers[name].tier
+            if self.pin[i]:
+                self.staging[i] = self.pinned_pool.get()
+            if self.read_b[i] > 0:
+                t0 = clock.now()
+                if tier == "disk_compressed":
+                    zbuf = self.read_pool.get()
+                    read_into(e.store / e.files[name]["zst"], e.zmeta[name], torch.from_numpy(zbuf))
+                    self.staging[i] = (self.staging[i], zbuf[: e.zmeta[name]["stored"]], zbuf)
+                else:
+                    buf = self.staging[i] if self.staging[i] is not None else e._host_buffer(e.meta[name]["nbytes"], False)
+                    read_into(e.store / e.files[name]["raw"], e.meta[name], buf)
+                    self.staging[i] = buf
+                self.records.append((i, "read", "storage", t0, clock.now(), self.read_b[i], ""))
+            self.host_done[i].set()
+
+    def unpacker(self) -> None:
+        e, clock = self.e, self.clock
+        for k, i in enumerate(self.loads):
+            if self.unpack_s[i] <= 0:
+                continue
+            if self.read_b[i] > 0 or self.pin[i]:
+                self.host_done[i].wait()
+            else:
+                self.gate(k)
+            name = self.names[self.units[i]]
+            src = self.staging[i]
+            dest, packed, zbuf = (src if isinstance(src, tuple) else (src, e.packed[name], None))
+            if dest is None:
+                dest = e._host_buffer(e.meta[name]["nbytes"], False)
+            t0 = clock.now()
+            decompress_into(packed, e.zmeta[name], dest, self.pool)
+            if zbuf is not None:
+                self.read_pool.put(zbuf)
+            self.records.append((i, "unpack", "unpack", t0, clock.now(), e.meta[name]["nbytes"], ""))
+            self.staging[i] = dest
+            self.unpacked[i].set()
+
+    def copier(self) -> None:
+        e, clock = self.e, self.clock
+        for k, i in enumerate(self.loads):
+            name = self.names[self.units[i]]
+            if self.unpack_s[i] > 0:
+                self.unpacked[i].wait()
+            elif self.read_b[i] > 0 or self.pin[i]:
+                self.host_done[i].wait()
+            else:
+                self.gate(k)
+            if self.errors:
+                return
+            src = self.staging[i] if self.staging[i] is not None else e.host.get(name)
+            if self.load[i] == CPU_READ:
+                self.staging[i] = src
+                self.wviews[i] = views(src, e.meta[name]["layout"])
+                self.ready[i].set()
+                continue
+            if self.blocking[i] and i > 0:  # the simulator's rule: this copy starts after the previous compute ends
+                self.finished[i - 1].wait()
+                if self.comp_end[i - 1] is not None:
+                    self.comp_end[i - 1].synchronize()
+            slot, done = self.vram_pool.get()
+            nbytes = e.meta[name]["nbytes"]
+            if e.cuda:
+                with torch.cuda.stream(self.copy_stream):
+                    if done is not None:
+                        self.copy_stream.wait_event(done)
+                    e0 = clock.event(self.copy_stream)
+                    slot[:nbytes].copy_(src[:nbytes], non_blocking=True)
+                    e1 = clock.event(self.copy_stream)
+                self.records.append((i, "copy", "copy", e0, e1, nbytes, ""))
+                self.ready_ev[i] = e1
+                if self.pin[i]:
+                    e1.synchronize()
+            else:
+                t0 = clock.now()
+                slot[:nbytes].copy_(src[:nbytes])
+                self.records.append((i, "copy", "copy", t0, clock.now(), nbytes, ""))
+            self.slot_of[i] = slot
+            self.wviews[i] = views(slot, e.meta[name]["layout"])  # built here, off the compute thread
+            if self.pin[i]:
+                self.pinned_pool.put(self.staging[i])
+            self.ready[i].set()
+
+    # -- the compute thread -------------------------------------------------------------------------------------
+    def forward(self, i: int, kind: str, name: str, weights: dict, dev: torch.device) -> None:
+        """One unit's layer on `dev`: the embedding sets the step's positions, a decoder its KV cache, the head a
+        token."""
+        e, w, s = self.e, self.w, self.steps[i]
+        if kind == "embedding":
+            ids = self.prompt if s == 0 else self.tokens[-1][:, None]
+            self.x = M.embed(ids.to(dev), weights)
+            self.start = 0 if s == 0 else w.prompt_tokens + s - 1
+            pos = torch.arange(self.start, self.start + ids.shape[1], device=e.device)
+            self.cos, self.sin = M.rope(pos, e.arch, torch.bfloat16)
+        elif kind == "decoder":
+            cache, start, x = self.caches[name], self.start, self.x
+            if cache.k.device != dev:  # a CPU-placed layer computed on the GPU for a big step
+                tmp = M.KVCache(e.arch, w.batch, cache.k.shape[2], dev, torch.bfloat16)
+                tmp.k[:, :, :start], tmp.v[:, :, :start] = cache.k[:, :, :start], cache.v[:, :, :start]
+                x = M.decoder_layer(x.to(dev), weights, e.arch, tmp, start, self.cos.to(dev), self.sin.to(dev))
+                end = start + x.shape[1]
+                cache.k[:, :, start:end], cache.v[:, :, start:end] = tmp.k[:, :, start:end].cpu(), tmp.v[:, :, start:end].cpu()
+            else:
+                x = M.decoder_layer(x.to(dev), weights, e.arch, cache, start, self.cos.to(dev), self.sin.to(dev))
+            self.x = x
+        else:
+            out = M.head(self.x.to(dev), weights, e.arch)
+            self.logits.append(out.to("cpu"))
+            self.tokens.append(out.argmax(-1).to(e.device))
+
+    def compute(self, i: int) -> None:
+        e, clock, load = self.e, self.clock, self.load
+        name = self.names[self.units[i]]
+        if load[i]:
+            self.ready[i].wait()
+            if self.errors:
+                raise self.errors[0]
+            if e.cuda and self.ready_ev[i] is not None:
+                self.compute_stream.wait_event(self.ready_ev[i])
+            weights, self.wviews[i] = self.wviews[i], None
+        else:
+            weights = e.resident[name] if name in e.resident else e.host_views[name]
+        dev = torch.device("cpu") if self.on_cpu[i] else e.device
+        self.started[i].set()
+        e0 = clock.event(self.compute_stream) if dev.type == "cuda" else clock.now()
+        self.forward(i, e.shape.units[self.units[i]].kind, name, weights, dev)
+        if dev.type == "cuda":
+            e1 = clock.event(self.compute_stream)
+            self.comp_end[i] = e1
+            self.records.append((i, "compute", "gpu", e0, e1, 0.0, ""))
+            if load[i] == GPU_LOAD:
+                self.vram_pool.put((self.slot_of[i], e1))
+            if self.sync_each:
+                e1.synchronize()
+        else:
+            self.records.append((i, "compute", "cpu" if self.on_cpu[i] else "gpu", e0, clock.now(), 0.0, ""))
+            if load[i] == GPU_LOAD:
+                self.vram_pool.put((self.slot_of[i], None))
+        self.finished[i].set()
+
+    def execute(self):
+        from validate.engine import RunResult
+        threads = [threading.Thread(target=self.guarded(f), daemon=True) for f in (self.reader, self.unpacker, self.copier)]
+        for t in threads:
+            t.start()
+        failed = True
+        try:
+            with torch.inference_mode():
+                for i in range(self.n):
+                    self.compute(i)
+            if self.e.cuda:
+                torch.cuda.synchronize()
+            failed = False
+        finally:
+            for ev in self.started + self.finished + self.ready + self.host_done + self.unpacked:
+                ev.set()
+            for t in threads:  # after a failure a stage may sit on an empty pool: do not wait for it
+                t.join(timeout=1 if failed else 60)
+            self.pool.shutdown()
+        if self.errors:
+            raise self.errors[0]
+        events = to_events(self.records, self.clock, self.sch, self.names)
+        comp: dict[int, float] = {}
+        for ev in events:
+            if ev.stage == "compute":
+                comp[ev.token] = max(comp.get(ev.token, 0.0), ev.end_s)
+        ends = [comp[s] for s in sorted(comp)]
+        ttft = ends[0]
+        tpot = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else ttft
+        return RunResult(torch.stack([t.cpu() for t in self.tokens], dim=1), self.logits, events, ttft, tpot, ends[-1])
