@@ -101,9 +101,9 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
                         "link=pcie9", "storage=nope", "ram=-1GiB", "gpu=h100,,", _rand_text(rng)])
         argv = ["whatif", "qwen3-14b", "--vary", v]
         if rng.random() < 0.2:
-            sizes = ",".join(f"{g}GiB" for g in range(1, 12))
+            sizes = ",".join(f"{g}GiB" for g in range(1, 26))  # 25 x 25 x 17 combinations: over the 10,000 cap
             argv = ["whatif", "qwen3-14b", "--vary", f"vram={sizes}", "--vary", f"ram={sizes}", "--vary",
-                    "storage=sata,nvme-gen3,nvme-gen4"]
+                    "storage=" + ",".join(f"s{k}" for k in range(17))]
         return {"argv": argv, "field": "vary"}
 
     def config_field(_):

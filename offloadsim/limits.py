@@ -21,7 +21,7 @@ MAX_SEED = 2**32 - 1
 MAX_EXPERT_SKEW = 10.0
 MAX_ITEMS = 60_000              # simulated (step, unit) items of one SimPy run: ~10 s on one core
 MAX_ROUTER_DRAWS = 50_000_000   # tokens x experts of one routing draw (8 bytes each)
-MAX_WHATIF_COMBOS = 256
+MAX_WHATIF_COMBOS = 10_000     # combinations of one whatif: ~30 s on 2 cores (benchmarks/bench_whatif.py)
 MAX_WORKERS = max(1, min(64, os.cpu_count() or 1))
 
 

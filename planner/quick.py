@@ -7,7 +7,7 @@ from __future__ import annotations
 from hwmodels.specs import MachineSpec
 from planner.baselines import density_greedy
 from sim.fast import Unsupported
-from sim.memory import PlanError, activation_bytes, check_plan, kv_cache_bytes
+from sim.memory import PlanError, activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Plan, Workload
 from sim.policies import OFFLOAD_MIN_TOKENS, POLICIES, fit_slots, make_plan
 from sim.simulate import fast_simulate
@@ -77,8 +77,7 @@ def quick_plan(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Bu
     best, best_s = None, {}
     for p in cands:
         try:
-            check_plan(model, p, w, budgets)
-            s = fast_simulate(model, machine, p, w, budgets)
+            s = fast_simulate(model, machine, p, w, budgets)  # checks the plan against the budgets first
         except (PlanError, Unsupported):
             continue
         if not best_s or s["time_per_token_s"] < best_s["time_per_token_s"]:

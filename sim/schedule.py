@@ -5,6 +5,7 @@ precomputed here; only page-cache hits depend on the order of reads, which both 
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,7 +79,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew, w.seed) \
         if model.is_moe else None
     rng = np.random.default_rng(w.seed + 1)
-    cache: dict[tuple, float] = {}
+    cache = _compute_cache(model, machine)
     sch.compute_sources = compute_sources(units, machine, model.family)
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
@@ -130,6 +131,11 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         sch.compute_s.append(comp)
         sch.gate.append(gate)
 
+    if router is None:  # dense: every step runs every unit in order, so a step's columns are the unit rows
+        _dense_steps(sch, rows, row, compute_time, len(units), w, plan, machine.cpu.copy_contention)
+        if w.warm:
+            sch.warm_keys = _warm_contents(sch.finalize())
+        return sch.finalize()
     for s in range(w.new_tokens):
         new, ctx = (w.prompt_tokens, 0) if s == 0 else (1, w.prompt_tokens + s - 1)
         tokens = w.batch * new
@@ -158,6 +164,53 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
+
+
+_CACHES: "OrderedDict[tuple, tuple]" = OrderedDict()
+
+
+def _compute_cache(model: ModelShape, machine: MachineSpec) -> dict:
+    """Compute times depend on the model and the machine's GPU, CPU and grids only, so schedules for the same model
+    on variants of a machine (other storage, link or budgets: whatif, the planner) share them. Keyed by the objects'
+    identities; each entry holds those objects, so an identity cannot be reused while its entry lives."""
+    key = (id(model), id(machine.gpu), id(machine.cpu), id(machine.compute_grids))
+    hit = _CACHES.get(key)
+    if hit is not None:
+        _CACHES.move_to_end(key)
+        return hit[-1]
+    _CACHES[key] = (model, machine.gpu, machine.cpu, machine.compute_grids, {})
+    if len(_CACHES) > 32:
+        _CACHES.popitem(last=False)
+    return _CACHES[key][-1]
+
+
+ROW_NAMES = ("on_cpu", "load", "read_bytes", "unpack_s", "copy_s", "copy_bytes", "pinned_slot", "blocking", "overhead_s")
+
+
+def _dense_steps(sch: Schedule, rows: dict, row, compute_time, n_units: int, w: Workload, plan: Plan,
+                 factor: float) -> None:
+    """The columns of a dense model's request, a step (every unit, in order, no router gates) at a time."""
+    cols: dict[str, list] = {name: [] for name in ROW_NAMES + ("compute_s",)}
+    arrays: dict[bool, list[np.ndarray]] = {}
+    for s in range(w.new_tokens):
+        new, ctx = (w.prompt_tokens, 0) if s == 0 else (1, w.prompt_tokens + s - 1)
+        offload = bool(plan.gpu_offload_min_tokens and w.batch * new >= plan.gpu_offload_min_tokens)
+        if offload not in rows:
+            rows[offload] = [row(i, offload) for i in range(n_units)]
+        if offload not in arrays:
+            arrays[offload] = [np.array(c) for c in zip(*rows[offload])]
+        a = arrays[offload]
+        comp = np.array([compute_time(ui, bool(a[0][ui]), w.batch, new, ctx) for ui in range(n_units)], dtype=float)
+        if factor != 1.0 and (a[1] == GPU_LOAD).any():  # CPU items beside streaming (see _contend)
+            comp[a[0].astype(bool)] *= factor
+        for name, col in zip(ROW_NAMES, a):
+            cols[name].append(col)
+        cols["compute_s"].append(comp)
+    for name, parts in cols.items():
+        setattr(sch, name, np.concatenate(parts).astype(COLUMNS[name]) if parts else np.zeros(0, COLUMNS[name]))
+    sch.unit = np.tile(np.arange(n_units, dtype=np.int64), w.new_tokens)
+    sch.step = np.repeat(np.arange(w.new_tokens, dtype=np.int64), n_units)
+    sch.gate = np.full(n_units * w.new_tokens, -1, dtype=np.int64)
 
 
 def _contend(sch: Schedule, first: int, factor: float) -> None:
