@@ -97,11 +97,14 @@ def _objective(s: dict, objective: str) -> float:
 def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload, budgets: Budgets, *,
                      codec: Codec | None = None, tiers: tuple[str, ...] | None = None, allow_cpu: bool = True,
                      time_budget_s: float | None = None, confirm: bool = True, objective: str = "token",
-                     max_evals: int | None = None, progress: bool = False) -> PlanReport:
+                     max_evals: int | None = None, progress: bool = False,
+                     seeds: dict[str, Plan] | None = None) -> PlanReport:
     """Plan and report: the chosen plan, its SimPy summary, the lower bound, and every baseline's times.
     `time_budget_s` is only the safety net of the search (default 300 s); `max_evals` caps the plans scored
     (default: 20,000, fewer for long schedules; deterministic, reported when reached). `progress`: a bar of the plans
-    scored on stderr, shown once planning takes over 2 s. Raises InputError for budgets above the machine's hardware."""
+    scored on stderr, shown once planning takes over 2 s. `seeds`: plans the result must not be worse than (with
+    their own loader settings), e.g. the plan for a smaller budget, which makes a sweep monotone by construction.
+    Raises InputError for budgets above the machine's hardware."""
     check_budgets(machine, budgets)
     warm_up()
     t0 = time.perf_counter()
@@ -123,7 +126,8 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
     if progress:  # stderr only, never stdout (`plan --json` must parse); appears after 2 s
         search.bar = tqdm(total=max_evals, desc="planning (plans scored, cap)", delay=2.0, file=sys.stderr, leave=False)
     try:
-        out, scored, peers = _search(model, machine, real, search_w, budgets, use, codec, options, opt_idx, search)
+        out, scored, peers = _search(model, machine, real, search_w, budgets, use, codec, options, opt_idx, search,
+                                     seeds or {})
     finally:
         if search.bar is not None:
             search.bar.close()
@@ -134,7 +138,7 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
                   out, scored, peers, finalists)
 
 
-def _search(model, machine, real, search_w, budgets, use, codec, options, opt_idx, search: Search):
+def _search(model, machine, real, search_w, budgets, use, codec, options, opt_idx, search: Search, given: dict):
     """Score every seed (integer program, known placements, peers) and search from them."""
     ev = search.ev
     starts: dict[str, np.ndarray] = {}
@@ -153,8 +157,8 @@ def _search(model, machine, real, search_w, budgets, use, codec, options, opt_id
         s, t = search.best_settings(a)
         if s is not None:
             scored.append((name, a, s, t))
-    for name, p in peers.items():  # a peer's own loader settings, where the evaluator models its runtime
-        a = None if isinstance(p, str) else assignment_of(p)
+    for name, p in list(peers.items()) + [(f"given-{k}", p) for k, p in given.items()]:
+        a = None if isinstance(p, str) else assignment_of(p)  # own loader settings, where the evaluator models them
         if a is not None and is_planner_runtime(p) and set(a.tolist()) <= set(opt_idx):
             t = search.score(a, settings_of(p))
             if t < float("inf"):

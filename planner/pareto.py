@@ -17,10 +17,14 @@ from sim.shapes import ModelShape
 
 
 
-def _times(model, machine, w, budgets, time_budget_s) -> dict:
+def _times(model, machine, w, budgets, time_budget_s, previous: list) -> dict:
+    """One budget's row; `previous` holds the planner's plan for the last (smaller) budget, which seeds this one so
+    the planner's curve never rises with more memory (monotone by construction), and is replaced by this plan."""
     row = {}
-    rep = plan_with_report(model, machine, w, budgets, confirm=False, time_budget_s=time_budget_s)
+    seeds = {"smaller-budget": previous[0]} if previous and previous[0] is not None else None
+    rep = plan_with_report(model, machine, w, budgets, confirm=False, time_budget_s=time_budget_s, seeds=seeds)
     row["planner"] = fast_simulate(model, machine, rep.plan, w, budgets)["time_per_token_s"] if rep.plan.feasible else None
+    previous[:] = [rep.plan if rep.plan.feasible else None]
     plans = baseline_plans(model, machine, w, budgets)
     try:
         plans["stream"] = POLICIES["stream"](model, machine, w, budgets)
@@ -37,12 +41,14 @@ def sweep(model: ModelShape, machine: MachineSpec, w: Workload, points: int = 7,
     lo = min_vram_bytes(model, w)
     hi = min(machine.gpu.vram_bytes, int(model.total_bytes * 1.05) + lo)
     vrams = np.linspace(lo, max(hi, lo + 1), points).astype(int).tolist()
-    by_vram = [dict(vram_bytes=v, **_times(model, machine, w, Budgets.of(machine, vram=v, ram=ram), time_budget_s))
+    prev: list = []
+    by_vram = [dict(vram_bytes=v, **_times(model, machine, w, Budgets.of(machine, vram=v, ram=ram), time_budget_s, prev))
                for v in vrams]
     mid = vrams[len(vrams) // 2]
     cap = machine.host_memory.capacity_bytes
     rams = np.linspace(max(cap // 8, 2 * GiB), cap - OS_RESERVE_BYTES, points).astype(int).tolist()
-    by_ram = [dict(ram_bytes=r, **_times(model, machine, w, Budgets.of(machine, vram=mid, ram=r), time_budget_s))
+    prev = []
+    by_ram = [dict(ram_bytes=r, **_times(model, machine, w, Budgets.of(machine, vram=mid, ram=r), time_budget_s, prev))
               for r in rams]
     # where streaming everything is slower than computing on the CPU with nothing on the GPU
     cpu_only = by_vram[0].get("llamacpp")

@@ -122,3 +122,21 @@ def test_solver_prints_nothing_on_stdout(capfd):
         print("hidden", flush=True)
     plan(q, m, Workload(new_tokens=2), Budgets.of(m, vram=8 * 2**30))
     assert capfd.readouterr().out == ""
+
+
+def test_a_given_seed_is_never_beaten_and_a_sweep_is_monotone():
+    """Issue 10: more memory never gives a slower plan when the smaller budget's plan seeds the larger one."""
+    from planner.pareto import sweep
+    from sim.simulate import fast_simulate
+    m, q = get_machine("rtx3080-laptop"), load_model("llama-3.1-8b")
+    w = Workload(prompt_tokens=16, new_tokens=3)
+    small = Budgets.of(m, vram=3 * 2**30, ram=12 * 2**30)
+    big = Budgets.of(m, vram=3 * 2**30, ram=20 * 2**30)
+    p_small = plan_with_report(q, m, w, small, confirm=False).plan
+    rep = plan_with_report(q, m, w, big, confirm=False, seeds={"small": p_small})
+    t = lambda p: fast_simulate(q, m, p, w, big)["time_per_token_s"]
+    assert t(rep.plan) <= t(p_small) * (1 + 1e-9)
+    data = sweep(q, m, w, points=3)
+    for rows in (data["by_vram"], data["by_ram"]):
+        times = [r["planner"] for r in rows if r["planner"] is not None]
+        assert all(b <= a * (1 + 1e-9) for a, b in zip(times, times[1:]))
