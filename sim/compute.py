@@ -22,9 +22,26 @@ def signature(unit: UnitShape, family: str) -> UnitSignature:
                          attn_flops_per_ctx_token=unit.attn_flops_per_ctx_token, hidden=unit.hidden)
 
 
+_FIELDS = tuple(UnitSignature.model_fields)
+_INDEXES: dict[int, tuple] = {}
+
+
+def _grid_index(grids: tuple[ComputeGrid, ...]) -> dict[tuple, ComputeGrid]:
+    """(device, signature fields) -> grid, built once per grids tuple (keyed by identity; the entry keeps the tuple
+    alive, so the identity cannot be reused while it is cached)."""
+    hit = _INDEXES.get(id(grids))
+    if hit is None:
+        if len(_INDEXES) > 64:
+            _INDEXES.clear()
+        hit = _INDEXES[id(grids)] = (grids, {(g.device,) + tuple(getattr(g.unit, f) for f in _FIELDS): g for g in grids})
+    return hit[1]
+
+
 def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str) -> ComputeGrid | None:
-    sig = signature(unit, family)
-    return next((g for g in machine.compute_grids if g.device == device and g.unit == sig), None)
+    if not machine.compute_grids:
+        return None
+    key = (device,) + tuple(family if f == "family" else getattr(unit, f) for f in _FIELDS)
+    return _grid_index(machine.compute_grids).get(key)
 
 
 @functools.lru_cache(maxsize=256)
@@ -92,11 +109,11 @@ def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
 
 
 def compute_sources(units, machine: MachineSpec, family: str) -> dict[str, str]:
-    """Per unit kind and device: 'profile' (measured grid) or 'roofline'."""
-    out = {}
-    if not machine.compute_grids:
-        return {f"{u.kind}@{dev}": "roofline" for u in units for dev in ("gpu", "cpu")}
+    """Per unit kind and device: 'profile' when every unit of the kind has a measured grid, else 'roofline'."""
+    out: dict[str, str] = {}
     for u in units:
         for dev in ("gpu", "cpu"):
-            out.setdefault(f"{u.kind}@{dev}", "profile" if find_grid(machine, u, family, dev) else "roofline")
+            key = f"{u.kind}@{dev}"
+            if out.get(key) != "roofline":
+                out[key] = "profile" if find_grid(machine, u, family, dev) is not None else "roofline"
     return out

@@ -160,7 +160,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
                     hit = plan.expert_predictor_hit_rate is not None and rng.random() < plan.expert_predictor_hit_rate
                     gate = router_item.get(block - 1, -1) if hit else router_item[block]
                 add(ei, s, rs[ei], compute_time(ei, rs[ei][0], int(counts[e]), 1, 0), gate)
-        _contend(sch, first, machine.cpu.copy_contention)
+        _contend(sch, first, len(sch.unit), machine.cpu.copy_contention)
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
@@ -201,24 +201,24 @@ def _dense_steps(sch: Schedule, rows: dict, row, compute_time, n_units: int, w: 
             arrays[offload] = [np.array(c) for c in zip(*rows[offload])]
         a = arrays[offload]
         comp = np.array([compute_time(ui, bool(a[0][ui]), w.batch, new, ctx) for ui in range(n_units)], dtype=float)
-        if factor != 1.0 and (a[1] == GPU_LOAD).any():  # CPU items beside streaming (see _contend)
-            comp[a[0].astype(bool)] *= factor
         for name, col in zip(ROW_NAMES, a):
             cols[name].append(col)
         cols["compute_s"].append(comp)
     for name, parts in cols.items():
         setattr(sch, name, np.concatenate(parts).astype(COLUMNS[name]) if parts else np.zeros(0, COLUMNS[name]))
+    for s in range(w.new_tokens):
+        _contend(sch, s * n_units, (s + 1) * n_units, factor)
     sch.unit = np.tile(np.arange(n_units, dtype=np.int64), w.new_tokens)
     sch.step = np.repeat(np.arange(w.new_tokens, dtype=np.int64), n_units)
     sch.gate = np.full(n_units * w.new_tokens, -1, dtype=np.int64)
 
 
-def _contend(sch: Schedule, first: int, factor: float) -> None:
-    """CPU compute shares cores and DRAM with the copier, reads and unpacking: in a step that streams weights to
-    the GPU, CPU-computed items take `factor` times their time alone (cpu.copy_contention, measured by calibrate)."""
-    if factor == 1.0 or not any(x == GPU_LOAD for x in sch.load[first:]):
+def _contend(sch: Schedule, first: int, last: int, factor: float) -> None:
+    """CPU compute shares cores and DRAM with the copier, reads and unpacking: in a step (items first..last-1) that
+    streams weights to the GPU, CPU-computed items take `factor` times their time alone (cpu.copy_contention)."""
+    if factor == 1.0 or not any(x == GPU_LOAD for x in sch.load[first:last]):
         return
-    for i in range(first, len(sch.unit)):
+    for i in range(first, last):
         if sch.on_cpu[i]:
             sch.compute_s[i] *= factor
 

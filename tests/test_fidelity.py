@@ -45,6 +45,9 @@ def test_machine_with_a_grid_uses_it_for_matching_units_only(toy_machine):
     assert gpu_compute_s(m.units[1], machine, 1, 1, 0, "toy") == pytest.approx(0.8)   # 8 B / 10 B/s roofline
     assert gpu_compute_s(u0, machine, 1, 15, 0, "llama") == pytest.approx(0.4)        # another family: roofline
     sch = build_schedule(m, machine, toy_plan(m, "vram"), ONE, BIG)
+    assert sch.compute_sources == {"decoder@gpu": "roofline", "decoder@cpu": "roofline"}  # l1, l2 have no grid
+    every = toy_machine.model_copy(update={"compute_grids": tuple(grid_for(u) for u in m.units)})
+    sch = build_schedule(m, every, toy_plan(m, "vram"), ONE, BIG)
     assert sch.compute_sources == {"decoder@gpu": "profile", "decoder@cpu": "roofline"}
 
 
