@@ -1,5 +1,5 @@
 """Timeline figures for issue 3: SimPy events/s, fast-evaluator layer-steps/s and their speed ratio on an
-80-layer, 64-token run; and `simulate qwen3-14b --machine rtx3080-laptop` for every policy, cold, at the minimum
+80-layer, 64-token run, and the evaluator compiled by numba against plain Python (issue 14); and `simulate qwen3-14b --machine rtx3080-laptop` for every policy, cold, at the minimum
 VRAM and at 4 GB, with Gantt charts. Run: python benchmarks/bench_timeline.py [--out docs/figures]"""
 from __future__ import annotations
 
@@ -39,10 +39,24 @@ def speed(reps: int = 3) -> dict:
         t = time.perf_counter()
         evaluate(sch, **args)
         fast_s.append(time.perf_counter() - t)
+    plain = _plain_recurrence_s(sch, args)
     return {"run": "llama-3.1-70b on desktop-4090, stream policy, 8 GiB VRAM, 128-token prompt + 64 tokens",
+            "fast_plain_python_s": plain, "numba_speedup": plain / min(fast_s),
             "items (layer-steps)": len(sch), "simpy_s": min(simpy_s), "fast_s": min(fast_s),
             "simpy_events_per_s": n_simpy_events / min(simpy_s), "records": len(events),
             "fast_layer_steps_per_s": len(sch) / min(fast_s), "speedup": min(simpy_s) / min(fast_s)}
+
+
+def _plain_recurrence_s(sch, args: dict) -> float:
+    """The fast evaluator with its recurrence run as plain Python over numpy (is numba worth its install weight?)."""
+    import sim.fast as F
+    compiled, F._recurrence = F._recurrence, F._recurrence_py
+    try:
+        t = time.perf_counter()
+        evaluate(sch, **args)
+        return time.perf_counter() - t
+    finally:
+        F._recurrence = compiled
 
 
 def policies(out: Path) -> list[dict]:

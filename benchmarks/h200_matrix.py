@@ -184,7 +184,8 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
             log(arch, label, "FAILED", exc)
         torch.cuda.empty_cache()
         save()
-    del resident, refs
+    resident = None  # free the resident engine before the next architecture
+    refs.clear()
     torch.cuda.empty_cache()
     shutil.rmtree(work / arch, ignore_errors=True)
 

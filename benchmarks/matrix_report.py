@@ -42,7 +42,7 @@ def repredict(entry: dict, run: dict) -> dict:
     sim = simulate(shape, machine, plan, w, budgets)
     pred_events = [[e.token, e.unit, e.stage, e.start_s, e.end_s] for e in sim.events]
     meas = run["measured"]
-    row = {"file": run["_file"], "arch": entry["arch"], "label": run["label"], "batch": run["batch"],
+    row = {"file": run["_file"], "arch": entry["arch"], "layers": shape.n_blocks, "label": run["label"], "batch": run["batch"],
            "prompt": run["prompt"], "cold": run["cold"], "gpu_only": run["gpu_only"],
            "tpot_pred_s": sim.summary["time_per_token_s"], "tpot_meas_s": meas["time_per_token_s"],
            "ttft_pred_s": sim.summary["ttft_s"], "ttft_meas_s": meas["ttft_s"],
@@ -60,6 +60,22 @@ def stats(rows: list[dict], key: str) -> dict:
     return {"median_abs_pct": float(np.median(e)), "worst_abs_pct": float(np.max(e)), "n": len(rows)}
 
 
+CLASSES = (("planner", "planner"), ("CPU", "cpu"), ("llamacpp", "cpu"), ("compressed", "compressed (RAM, disk)"),
+           ("disk raw", "disk raw"), ("pageable", "pageable / partly pinned"), ("pinned budget", "pageable / partly pinned"),
+           ("pinned", "pinned RAM"), ("resident", "resident"))
+
+
+def plan_class(label: str) -> str:
+    return next(name for key, name in CLASSES if key in label)
+
+
+def by_class(rows: list[dict]) -> dict:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[plan_class(r["label"])].append(r)
+    return {k: {"time_per_token": stats(v, "tpot"), "ttft": stats(v, "ttft")} for k, v in groups.items()}
+
+
 def summarize(files: list[str]) -> dict:
     rows, archs = [], []
     for f in files:
@@ -75,8 +91,9 @@ def summarize(files: list[str]) -> dict:
     gpu = [r for r in rows if r["gpu_only"]]
     by_key = defaultdict(list)
     for r in rows:
-        by_key[(r["arch"], r["label"].replace(" (repeat)", ""), r["batch"], r["prompt"])].append(r)
-    spread = [{"arch": k[0], "label": k[1], "batch": k[2], "prompt": k[3],
+        by_key[(r["arch"], r["layers"], r["label"].replace(" (repeat)", ""), r["batch"], r["prompt"])].append(r)
+    spread = [{"arch": k[0], "layers": k[1], "label": k[2], "batch": k[3], "prompt": k[4],
+               "files": [r["file"] for r in v],
                "tpot_meas_s": [r["tpot_meas_s"] for r in v],
                "spread_pct": (max(r["tpot_meas_s"] for r in v) - min(r["tpot_meas_s"] for r in v))
                / float(np.mean([r["tpot_meas_s"] for r in v])) * 100}
@@ -85,6 +102,7 @@ def summarize(files: list[str]) -> dict:
             "time_per_token": stats(rows, "tpot"), "ttft": stats(rows, "ttft"), "compute_stage": stats(rows, "compute"),
             "load": stats([r for r in rows if r["cold"]], "load") if any(r["cold"] for r in rows) else None,
             "bit_identical_gpu_plans": f"{sum(r['bit_identical'] for r in gpu)}/{len(gpu)}",
+            "within_10pct": f"{sum(abs(r['tpot_err_pct']) <= 10 for r in rows)}/{len(rows)}", "by_class": by_class(rows),
             "archs": archs, "spread": spread, "rows": rows}
 
 
@@ -107,7 +125,12 @@ def main() -> None:
     s = summarize(a.files)
     if a.json:
         Path(a.json).write_text(json.dumps(s, indent=1, default=float))
-    print(json.dumps({k: v for k, v in s.items() if k not in ("rows", "archs", "spread")}, indent=1))
+    print(json.dumps({k: v for k, v in s.items() if k not in ("rows", "archs", "spread", "by_class")}, indent=1))
+    print("| class | runs | tpot median | tpot worst | TTFT median | TTFT worst |\n|---|---|---|---|---|---|")
+    for k, v in s["by_class"].items():
+        t, f = v["time_per_token"], v["ttft"]
+        print(f"| {k} | {t['n']} | {t['median_abs_pct']:.1f}% | {t['worst_abs_pct']:.1f}% | {f['median_abs_pct']:.1f}% "
+              f"| {f['worst_abs_pct']:.1f}% |")
     print(json.dumps(s["spread"], indent=1))
     print(table(s))
 
