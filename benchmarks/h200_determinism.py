@@ -86,17 +86,17 @@ def decode_probe(cfg: dict, b: int, ctx: int, reps: int = 20) -> dict:
             wt = w[name]
             inp = h if wt.shape[1] == h.shape[1] else torch.randn(b, wt.shape[1], device="cuda").to(torch.bfloat16)
             outs = [torch.nn.functional.linear(inp, wt) for _ in range(reps)]
-            out[f"linear {name} M={b}"] = len({o.cpu().numpy().tobytes() for o in outs})
+            out[f"linear {name} M={b}"] = len({o.cpu().view(torch.int16).numpy().tobytes() for o in outs})
         q = torch.randn(b, arch.heads, 1, arch.head_dim, device="cuda").to(torch.bfloat16)
         k = torch.randn(b, arch.heads, ctx, arch.head_dim, device="cuda").to(torch.bfloat16)
         outs = [torch.nn.functional.scaled_dot_product_attention(q, k, k) for _ in range(reps)]
-        out[f"sdpa q=1 ctx={ctx}"] = len({o.cpu().numpy().tobytes() for o in outs})
+        out[f"sdpa q=1 ctx={ctx}"] = len({o.cpu().view(torch.int16).numpy().tobytes() for o in outs})
         cache = M.KVCache(arch, b, ctx + 2, "cuda", torch.bfloat16)
         cache.k[:, :, :ctx] = k[:, : arch.kv_heads]
         cache.v[:, :, :ctx] = k[:, : arch.kv_heads]
         c1, s1 = M.rope(torch.arange(ctx, ctx + 1, device="cuda"), arch, torch.bfloat16)
         outs = [M.decoder_layer(x, w, arch, cache, ctx, c1, s1) for _ in range(reps)]
-        out[f"decoder layer decode ctx={ctx}"] = len({o.cpu().numpy().tobytes() for o in outs})
+        out[f"decoder layer decode ctx={ctx}"] = len({o.cpu().view(torch.int16).numpy().tobytes() for o in outs})
     return out
 
 

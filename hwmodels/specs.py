@@ -95,6 +95,40 @@ class EngineSpec(Spec):
                                                "first load is ready (starting the stage threads); 0: an ideal engine.")
 
 
+PEER_ENGINES = ("accelerate", "airllm", "llamacpp")
+
+
+class PeerSpec(Spec):
+    """Host-side costs of a peer engine beyond the pipeline it runs (validate/peer_calibration.py fits them on runs
+    of the real engine: benchmarks/h200_peers.py). Seconds on the compute lane unless said otherwise."""
+    step_s: NonNegativeFloat = Field(default=0.0, description="Per forward step (token) of a run that computes on the "
+                                     "GPU: the engine's generation loop around the layers.")
+    module_s: NonNegativeFloat = Field(default=0.0, description="Per parameter-holding module per forward, every unit "
+                                       "(hooks and the engine's Python beyond offloadsim's own engine).")
+    load_module_s: NonNegativeFloat = Field(default=0.0, description="Per parameter-holding module of a unit loaded "
+                                            "for one forward (hooks, per-tensor copies and freeing).")
+    load_unit_s: NonNegativeFloat = Field(default=0.0, description="Per unit loaded for one forward (materialising "
+                                          "the layer and cleaning up after it).")
+    pin_each_load: bool = Field(default=False, description="Every load is copied into a pinned buffer (pin_memory(): "
+                                "a host memcpy; PyTorch's caching host allocator reuses the pinned blocks).")
+    fresh_pages_each_load: bool = Field(default=False, description="Every load is read into newly allocated pages: "
+                                        "the read runs at the host's first-touch speed when that is slower.")
+    mmap_reads: bool = Field(default=False, description="Weights on disk are memory-mapped and used in place: a "
+                             "page-cache hit costs nothing beyond the copy or compute that touches it.")
+    source: str = Field(default="idealised: no measured costs", description="Where the values come from.")
+
+
+def default_peers() -> dict[str, "PeerSpec"]:
+    """The runtime facts read from each engine's source, with zero measured costs."""
+    return {"accelerate": PeerSpec(mmap_reads=True, source="Accelerate hooks.py (AlignDevicesHook): blocking pageable "
+                                   "copies per module, disk offload through np.memmap (utils/offload.py); costs not "
+                                   "measured on this machine"),
+            "airllm": PeerSpec(pin_each_load=True, mmap_reads=True,
+                               source="airllm 4.0 airllm_base.py (safetensors load_file maps the layer file, "
+                               "pin_memory copies it, clean_memory after each layer); costs not measured on this machine"),
+            "llamacpp": PeerSpec(source="llama.cpp: CPU compute of non-offloaded layers; costs not measured")}
+
+
 class MachineSpec(Spec):
     name: str = Field(description="Machine name.")
     description: str = Field(default="", description="What this machine is.")
@@ -104,6 +138,8 @@ class MachineSpec(Spec):
     host_memory: HostMemorySpec
     cpu: CpuSpec
     engine: EngineSpec = Field(default_factory=EngineSpec, description="The engine's own host-side costs.")
+    peers: dict[str, PeerSpec] = Field(default_factory=default_peers, description="Peer engines' host-side costs "
+                                       "(accelerate, airllm, llamacpp).")
     compute_grids: tuple[ComputeGrid, ...] = Field(default=(), description="Measured compute tables per unit kind "
                                                    "and device (calibrate); units without one use the roofline.")
     sources: dict[str, str] = Field(default_factory=dict, description="Field path -> source of its value.")

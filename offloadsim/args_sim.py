@@ -33,7 +33,7 @@ def add_sim(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     model_args(s)
     machine_args(s)
     how = s.add_mutually_exclusive_group()
-    how.add_argument("--policy", default=None, help="airllm, accelerate, llamacpp, stream or resident (default stream)")
+    how.add_argument("--policy", default=None, help="stream (default), resident, or a peer engine: airllm, accelerate, llamacpp (with its measured costs) or airllm-ideal, accelerate-ideal, llamacpp-ideal (its placement on offloadsim's engine)")
     how.add_argument("--plan", default=None, help="plan JSON file")
     add_workload(s)
     s.add_argument("--gantt", default=None, help="write a Gantt chart (PNG or SVG)")

@@ -194,11 +194,12 @@ def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, co
         s = fast_simulate(model, machine, p, real, budgets)
         peer_summ[name] = s
         base_times[name] = {"time_per_token_s": s["time_per_token_s"], "total_s": s["total_s"]}
-        if tiers is None and allow_cpu:
-            t = _objective(s, objective)
+        if tiers is None and allow_cpu:  # the peer's placement run by offloadsim's engine (without the peer's costs)
+            own = p.model_copy(update={"policy": "planner", "codec": p.codec or codec, "engine": "offloadsim"})
+            t = _objective(s if p.engine == "offloadsim" else fast_simulate(model, machine, own, real, budgets), objective)
             seeds[f"{name}-peer"] = t
             if t < best_t * (1 - 1e-12):
-                best, best_t = (f"{name}-peer", p.model_copy(update={"policy": "planner", "codec": p.codec or codec})), t
+                best, best_t = (f"{name}-peer", own), t
     bound = lower_bound(ev_real, options)
     stopped = out.stopped if out else "no feasible seed"
     if best is None:

@@ -32,7 +32,9 @@ def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes:
         if len(set(devs)) > 1:
             notes.append("transformers fuses a block's experts into one module: each block's experts go where most "
                          "of them are.")
-    if any(p.compute == "cpu" for p in plan.placements):
+    if all(p.compute == "cpu" for p in plan.placements):
+        notes.append("nothing is on the GPU: Accelerate runs the whole model on the CPU.")
+    elif any(p.compute == "cpu" for p in plan.placements):
         notes.append("Accelerate computes offloaded modules on the GPU; units the plan computes on the CPU are "
                      "mapped to 'cpu' (offloaded) and will be copied in each forward.")
     if any(p.tier in ("ram_compressed", "disk_compressed") for p in plan.placements):

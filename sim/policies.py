@@ -73,7 +73,8 @@ def airllm(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budget
     blocking copy, no copy/compute overlap; layers up to 2 GiB pinned."""
     biggest = max(u.nbytes for u in model.units)
     plan = make_plan(model, machine, "airllm", {u.name: "disk_raw" for u in model.units}, prefetch_depth=1,
-                     overlap_copy=False, vram_slots=1, pinned_slots=2, pinned_staging=biggest <= 2 * GiB)
+                     overlap_copy=False, vram_slots=1, pinned_slots=2, pinned_staging=biggest <= 2 * GiB,
+                     engine="airllm")
     check_plan(model, plan, w, budgets)
     return plan
 
@@ -91,14 +92,21 @@ def _blocks(model: ModelShape) -> list[list[str]]:
 
 @register("accelerate")
 def accelerate(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
-    """infer_auto_device_map: one greedy pass in module order filling the GPU (less the largest-layer reserve when
-    anything is offloaded), then CPU RAM, then disk; blocking pageable copies, no prefetch."""
+    """What transformers' `device_map="auto"` does with max_memory = the budgets (Accelerate's
+    infer_auto_device_map): one greedy pass in module order filling the GPU, less the largest block as a reserve
+    when anything is offloaded, then CPU RAM, then disk, never going back; KV cache and activations are not counted.
+    Offloaded blocks are copied in before each forward (blocking, pageable, no prefetch). When no block lands on the
+    GPU the model runs on the CPU (measured on the H200: docs/peers.md)."""
+    return accelerate_map(model, machine, w, budgets, accelerate_tiers(model, budgets), "accelerate")
+
+
+def accelerate_tiers(model: ModelShape, budgets: Budgets) -> dict[str, str]:
+    """Where infer_auto_device_map puts each unit given max_memory = (VRAM budget, RAM budget)."""
     groups = _blocks(model)
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
-    largest = max(size.values())
-    gpu_left = budgets.vram_bytes - kv_cache_bytes(model, w) - activation_bytes(model, w)
+    gpu_left = budgets.vram_bytes
     if sum(size.values()) > gpu_left:
-        gpu_left -= largest
+        gpu_left -= max(size.values())
     ram_left = budgets.ram_bytes
     tiers, device = {}, "vram"
     for g in groups:
@@ -112,8 +120,16 @@ def accelerate(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Bu
             gpu_left -= size[g[0]]
         elif device == "ram_pageable":
             ram_left -= size[g[0]]
-    plan = make_plan(model, machine, "accelerate", tiers, prefetch_depth=0, overlap_copy=False, vram_slots=1,
-                     pinned_slots=0, pinned_staging=False)
+    return tiers
+
+
+def accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, tiers: dict[str, str],
+                   policy: str) -> Plan:
+    """A device_map run by Accelerate: offloaded units copied to the GPU before each forward, or everything computed
+    on the CPU when nothing is on the GPU (Accelerate's execution device is then the CPU)."""
+    on_cpu = all(t != "vram" for t in tiers.values())
+    plan = make_plan(model, machine, policy, tiers, {n: "cpu" for n in tiers} if on_cpu else None, prefetch_depth=0,
+                     overlap_copy=False, vram_slots=1, pinned_slots=0, pinned_staging=False, engine="accelerate")
     check_plan(model, plan, w, budgets)
     return plan
 
@@ -123,6 +139,12 @@ def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
     """-ngl N: the last N blocks (i_gpu_start = n_layer - ngl, src/llama-model.cpp) and then the output head on the
     GPU, as many as fit; the rest computed on the CPU from pinned host buffers (or mmap from disk when RAM is short);
     the token embedding always on the CPU; steps of >= 32 tokens copy CPU weights to the GPU."""
+    return llamacpp_ngl(model, machine, w, budgets, None)
+
+
+def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, ngl: int | None) -> Plan:
+    """llama.cpp with `-ngl ngl` (None: as many blocks as fit, as its --fit does); ngl above the block count also
+    puts the output head on the GPU. Raises PlanError when that does not fit."""
     groups = _blocks(model)
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
     gpu_left = budgets.vram_bytes - kv_cache_bytes(model, w) - activation_bytes(model, w)
@@ -130,19 +152,20 @@ def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
     gpu_left -= max(u.nbytes for u in model.units)
     on_gpu: set[str] = set()
     blocks_back = groups[1:-1][::-1]  # blocks from the back; the head once every block fits
-    for g in blocks_back:
-        if size[g[0]] > gpu_left:
+    for g in blocks_back[:ngl]:
+        if ngl is None and size[g[0]] > gpu_left:
             break
         on_gpu.update(g)
         gpu_left -= size[g[0]]
-    if len(on_gpu) == sum(len(g) for g in blocks_back) and size[groups[-1][0]] <= gpu_left:
+    if len(on_gpu) == sum(len(g) for g in blocks_back) and (size[groups[-1][0]] <= gpu_left if ngl is None
+                                                             else ngl > len(blocks_back)):
         on_gpu.update(groups[-1])
     cpu_names = [u.name for u in model.units if u.name not in on_gpu]
     tiers = _host_tiers(model, cpu_names, budgets, 0, True)
     tiers.update({n: "vram" for n in on_gpu})
     compute = {n: "cpu" for n in cpu_names}
     plan = make_plan(model, machine, "llamacpp", tiers, compute, prefetch_depth=0, overlap_copy=False, vram_slots=1,
-                     pinned_slots=0, pinned_staging=False, gpu_offload_min_tokens=OFFLOAD_MIN_TOKENS)
+                     pinned_slots=0, pinned_staging=False, gpu_offload_min_tokens=OFFLOAD_MIN_TOKENS, engine="llamacpp")
     check_plan(model, plan, w, budgets)
     return plan
 
@@ -165,3 +188,15 @@ def resident(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
                      pinned_slots=0)
     check_plan(model, plan, w, budgets)
     return plan
+
+
+def _idealised(name: str) -> Policy:
+    def ideal(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
+        return POLICIES[name](model, machine, w, budgets).model_copy(update={"policy": f"{name}-ideal",
+                                                                            "engine": "offloadsim"})
+    ideal.__doc__ = f"{name}'s placement and pipeline run by offloadsim's engine, without {name}'s own host costs."
+    return ideal
+
+
+for _peer in ("airllm", "accelerate", "llamacpp"):  # the idealised policies, named as such
+    register(f"{_peer}-ideal")(_idealised(_peer))

@@ -17,9 +17,10 @@ from sim.memory import MemoryUse, check_plan
 from sim.pagecache import PageCache
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
-from sim.shapes import ModelShape
+from sim.shapes import ModelShape, param_modules
 
 GPU_LOAD, CPU_READ = 1, 2
+MMAP_HIT_BYTES_PER_S = 1e15  # a page-cache hit of a memory-mapped weight used in place: no copy of its own
 COLUMNS = {"unit": np.int64, "step": np.int64, "on_cpu": np.bool_, "load": np.int64, "read_bytes": np.float64,
            "unpack_s": np.float64, "copy_s": np.float64, "copy_bytes": np.float64, "compute_s": np.float64,
            "pinned_slot": np.bool_, "blocking": np.bool_, "overhead_s": np.float64, "gate": np.int64}
@@ -72,9 +73,13 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     t = plan.tiers()
     units = model.units
     st = machine.storage
-    sch = Schedule(names=[u.name for u in units], n_steps=w.new_tokens, memory=mem, startup_s=machine.engine.stream_startup_s,
+    peer = machine.peers.get(plan.engine) if plan.engine != "offloadsim" else None
+    gpu_exec = any(p.compute == "gpu" for p in plan.placements)  # a peer's step cost was measured on GPU runs only
+    sch = Schedule(names=[u.name for u in units], n_steps=w.new_tokens, memory=mem,
+                   startup_s=machine.engine.stream_startup_s if peer is None else 0.0,
                    read_latency_s=st.request_latency_s, cold_bytes_per_s=st.cold_read_bytes_per_s,
-                   cache_bytes_per_s=st.cache_read_bytes_per_s, cache_capacity_bytes=mem.page_cache_bytes)
+                   cache_bytes_per_s=MMAP_HIT_BYTES_PER_S if peer is not None and peer.mmap_reads else st.cache_read_bytes_per_s,
+                   cache_capacity_bytes=mem.page_cache_bytes)
     ratio = plan.codec.ratio if plan.codec else 1.0
     router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew, w.seed) \
         if model.is_moe else None
@@ -104,7 +109,13 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         copy = copy_time_s(u.nbytes, machine, pinned=p.tier == "ram_pinned" or staged) if gpu_load else 0.0
         pinned = p.tier == "ram_pinned" or staged
         blocking = gpu_load and (not plan.overlap_copy or not pinned)
-        overhead = machine.engine.stream_overhead_s.get(p.tier, 0.0) if load else 0.0
+        if peer is None:
+            overhead = machine.engine.stream_overhead_s.get(p.tier, 0.0) if load else 0.0
+        else:
+            unpack += _peer_load_s(peer, u.nbytes, machine, read > 0) if gpu_load else 0.0
+            mods = param_modules(u.kind, model.family)
+            overhead = peer.module_s * mods + ((peer.load_module_s * mods + peer.load_unit_s) if gpu_load else 0.0) \
+                + (peer.step_s if ui == 0 and gpu_exec else 0.0)
         return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
     rows = {False: [row(i, False) for i in range(len(units))]}
@@ -164,6 +175,17 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
+
+
+def _peer_load_s(peer, nbytes: float, machine: MachineSpec, read: bool) -> float:
+    """A peer's loader work besides read and copy (AirLLM: safetensors load_file into new pages, then pin_memory()),
+    on the loader lane before the copy: the fill of fresh pages where it is slower than a page-cache read, and the
+    copy into a pinned block (a memcpy: PyTorch's caching host allocator keeps the pinned blocks of earlier loads)."""
+    hm = machine.host_memory
+    t = nbytes / hm.memcpy_bytes_per_s if peer.pin_each_load else 0.0
+    if peer.fresh_pages_each_load and read:
+        t += max(nbytes / hm.first_touch_bytes_per_s - nbytes / machine.storage.cache_read_bytes_per_s, 0.0)
+    return t
 
 
 _CACHES: "OrderedDict[tuple, tuple]" = OrderedDict()

@@ -17,6 +17,18 @@ UnitKind = Literal["embedding", "decoder", "attention", "mlp", "expert", "shared
 LAUNCHES = {"embedding": 1, "decoder": 40, "attention": 26, "mlp": 8, "expert": 5, "shared-expert": 5,
             "norm": 6, "lm_head": 8}
 
+# Parameter-holding modules per unit in Hugging Face's eager layout (modeling_llama.py / modeling_qwen3.py): a
+# decoder is q/k/v/o, gate/up/down and two norms; Qwen3 adds q_norm and k_norm. Peer engines hook each of them.
+PARAM_MODULES = {"embedding": 1, "decoder": 9, "attention": 6, "mlp": 3, "expert": 3, "shared-expert": 3,
+                 "norm": 1, "lm_head": 1}
+QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
+
+
+def param_modules(kind: str, family: str) -> int:
+    """Parameter-holding modules of a unit of this kind (peer engines' hooks and per-tensor copies scale with it)."""
+    extra = 2 if family in QK_NORM_FAMILIES and kind in ("decoder", "attention") else 0
+    return PARAM_MODULES[kind] + extra
+
 
 class UnitShape(BaseModel):
     """One unit of placement: stored, moved and computed as a whole."""

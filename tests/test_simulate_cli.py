@@ -44,11 +44,11 @@ def test_plan_file_round_trip(capsys, tmp_path):
     from sim.plan import Budgets, Workload
     from sim.policies import POLICIES
     m, q = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
-    plan = POLICIES["accelerate"](q, m, Workload(), Budgets.of(m, vram=6 * 2**30))
+    plan = POLICIES["accelerate"](q, m, Workload(), Budgets.of(m, vram=7 * 2**30))
     plan.save(tmp_path / "p.json")
     assert Plan.load(tmp_path / "p.json") == plan
     rc, out, _ = run(capsys, "simulate", "qwen3-14b", "--machine", "rtx3080-laptop", "--plan", str(tmp_path / "p.json"),
-                     "--vram", "6GiB", "--json", "--new-tokens", "2", "--attribution", "0")
+                     "--vram", "7GiB", "--json", "--new-tokens", "2", "--attribution", "0")
     assert rc == 0 and json.loads(out)["policy"] == "accelerate"
 
 

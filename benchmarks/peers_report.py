@@ -1,0 +1,128 @@
+"""Predicted against measured for the peer engines (issue 11), from files written by benchmarks/h200_peers.py.
+
+For every recorded run it builds the plan the engine ran (Accelerate: from the device map Accelerate chose; AirLLM:
+its one plan), fits each engine's host costs on its calibration runs only (the first architecture's all-GPU and
+60%-budget batch-1 Accelerate runs, its warm batch-1 AirLLM run: validate/peer_calibration.py), predicts every other
+run with those costs and the machine profile calibrated in the same call, and checks the placement model (our
+`accelerate` policy given the same max_memory) against the map Accelerate chose.
+Run: python benchmarks/peers_report.py docs/peers/peers-a.json [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from hwmodels.specs import MachineSpec, default_peers
+from sim.plan import Budgets, Workload
+from sim.policies import POLICIES, accelerate_map, accelerate_tiers
+from sim.shapes import ModelShape
+from validate.peer_calibration import PeerRun, fit, predict, with_peer
+
+# every architecture's runs of these kinds fit the costs; all other runs are held out
+CALIBRATION = {("accelerate", "all GPU", 1), ("accelerate", "GPU 60%", 1), ("airllm", "warm", 1)}
+DEVICE = {"0": "vram", "cuda:0": "vram", "cpu": "ram_pageable", "disk": "disk_raw"}
+
+
+def tiers_from_map(shape: ModelShape, hf_map: dict, on_gpu: bool) -> dict[str, str]:
+    """Each unit's tier from the longest device-map key that is a prefix of its module."""
+    if not hf_map:
+        return {u.name: "vram" if on_gpu else "ram_pageable" for u in shape.units}
+    out = {}
+    for u in shape.units:
+        mod = u.modules[0]
+        keys = [k for k in hf_map if k == "" or mod == k or mod.startswith(k + ".")]
+        out[u.name] = DEVICE[str(hf_map[max(keys, key=len)])]
+    return out
+
+
+def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, str, bool, PeerRun, dict]]:
+    """(engine, kind, calibration?, run, extra) for every measured run of one architecture."""
+    out = []
+    big = Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=50 * 2**30)
+    for r in entry["accelerate"]:
+        if "error" in r or "skipped" in r:
+            continue
+        w = Workload(batch=r["batch"], prompt_tokens=r["prompt"], new_tokens=len(r["token_gaps_s"]) + 1, warm=True)
+        on_gpu = r.get("gpu_peak_bytes", 0) > 0.5 * shape.total_bytes if not r["hf_device_map"] else True
+        plan = accelerate_map(shape, machine, w, big, tiers_from_map(shape, r["hf_device_map"], on_gpu),
+                              "accelerate (measured map)")
+        extra = {}
+        if r.get("max_memory"):
+            mm = r["max_memory"]
+            bud = Budgets(vram_bytes=int(mm.get("0", 0)), ram_bytes=int(mm["cpu"]), pinned_bytes=0)
+            extra["placement_matches"] = accelerate_tiers(shape, bud) == {k: v.tier for k, v in plan.tiers().items()}
+        if "exported" in r:
+            extra["exported_plan_prediction_s"] = r["exported"]["predicted_tpot_s"]
+        calib = ("accelerate", r["label"], r["batch"]) in CALIBRATION and r["prompt"] == 128
+        out.append(("accelerate", r["label"], calib, PeerRun(r["label"], plan, w, big, r["time_per_token_s"], r["ttft_s"]), extra))
+    for r in entry["airllm"]:
+        if "error" in r:
+            continue
+        w = Workload(batch=r["batch"], prompt_tokens=r["prompt"], new_tokens=len(r["token_gaps_s"]) + 1)
+        plan = POLICIES["airllm"](shape, machine, w, big)
+        kind = "cold" if r["cold"] else "warm"
+        calib = ("airllm", kind, r["batch"]) in CALIBRATION
+        out.append(("airllm", kind, calib, PeerRun(kind, plan, w.model_copy(update={"warm": not r["cold"]}), big,
+                                                     r["time_per_token_s"], r["ttft_s"]), {}))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    archs = []
+    for f in a.files:
+        for e in json.loads(Path(f).read_text())["archs"]:
+            if "error" not in e:
+                archs.append(dict(e, file=Path(f).name))
+    loaded = []
+    for e in archs:
+        shape = ModelShape.model_validate(e["shape"])
+        # the profile's peer entries are unmeasured defaults of the code that recorded it: take today's engine facts
+        machine = MachineSpec.model_validate(e["profile"]["machine"]).model_copy(update={"peers": default_peers()})
+        loaded.append((e, shape, machine, runs_of(e, shape, machine)))
+    specs = {}
+    for engine in ("accelerate", "airllm"):
+        cal = [(shape, machine, r) for e, shape, machine, runs in loaded for eng, _, c, r, _ in runs if eng == engine and c]
+        src = (f"measured: fitted on {len(cal)} {engine} runs ({', '.join(r.label for _, _, r in cal)}) on the H200 "
+               f"test machine ({', '.join(Path(f).name for f in a.files)}; benchmarks/h200_peers.py, peers_report.py)")
+        specs[engine] = fit(engine, cal, src)
+        print(engine, "fitted:", {k: v for k, v in specs[engine].model_dump().items() if isinstance(v, float) and v})
+    rows, held = [], {"accelerate": [], "airllm": []}
+    for e, shape, machine, runs in loaded:
+        for engine, kind, calib, run, extra in runs:
+            m = with_peer(machine, engine, specs[engine])
+            s = predict(shape, m, run)
+            err = 100 * (s["time_per_token_s"] / run.measured_tpot_s - 1)
+            ttft_err = 100 * (s["ttft_s"] / run.measured_ttft_s - 1)
+            where = sorted({p.tier + ("/cpu" if p.compute == "cpu" else "") for p in run.plan.placements})
+            rows.append({"file": e["file"], "arch": e["arch"], "engine": engine, "run": kind, "batch": run.workload.batch,
+                         "prompt": run.workload.prompt_tokens, "tiers": where, "calibration": calib,
+                         "predicted_tpot_s": s["time_per_token_s"], "measured_tpot_s": run.measured_tpot_s,
+                         "error_pct": err, "predicted_ttft_s": s["ttft_s"], "measured_ttft_s": run.measured_ttft_s,
+                         "ttft_error_pct": ttft_err, **extra})
+            if not calib:
+                held[engine].append(abs(err))
+    print("| arch | engine | run | batch | prompt | placement | used to fit | tpot pred / meas (s) | err | TTFT pred / meas (s) | err | our placement = Accelerate's |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        pm = r.get("placement_matches", "")
+        print(f"| {r['arch']} | {r['engine']} | {r['run']} | {r['batch']} | {r['prompt']} | {', '.join(r['tiers'])} | "
+              f"{'yes' if r['calibration'] else ''} | {r['predicted_tpot_s']:.4f} / {r['measured_tpot_s']:.4f} | "
+              f"{r['error_pct']:+.1f}% | {r['predicted_ttft_s']:.3f} / {r['measured_ttft_s']:.3f} | "
+              f"{r['ttft_error_pct']:+.1f}% | {pm if isinstance(pm, str) else ('yes' if pm else 'no')} |")
+    summary = {k: {"runs": len(v), "median_abs_error_pct": statistics.median(v) if v else None,
+                   "worst_abs_error_pct": max(v) if v else None} for k, v in held.items()}
+    for k, v in summary.items():
+        print(f"{k}: held-out runs {v['runs']}, median |error| {v['median_abs_error_pct']}, worst {v['worst_abs_error_pct']}")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"fitted": {k: v.model_dump() for k, v in specs.items()}, "held_out": summary,
+                                            "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

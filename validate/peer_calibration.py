@@ -1,0 +1,71 @@
+"""A peer engine's host costs (machine.peers) fitted on measured runs of the real engine.
+
+The engine model (sim/policies.py for the placement, sim/schedule.py for the costs) predicts each run from the
+machine profile with the peer's costs at zero; what the real engine took beyond that is, per token, a non-negative
+combination of the peer's cost parameters times how often the run pays each (per step, per module loaded, per unit
+loaded), solved by non-negative least squares (scipy.optimize.nnls) over the calibration runs. Runs not used here
+are the held-out check (benchmarks/peers_report.py). No torch: runs are given as plans and measured times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares, nnls
+
+from hwmodels.specs import MachineSpec, PeerSpec
+from sim.plan import Budgets, Plan, Workload
+from sim.shapes import ModelShape, param_modules
+
+PARAMS = {"accelerate": ("step_s", "load_module_s"), "airllm": ("load_unit_s",), "llamacpp": ("step_s",)}
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    label: str
+    plan: Plan
+    workload: Workload
+    budgets: Budgets
+    measured_tpot_s: float
+    measured_ttft_s: float
+
+
+def with_peer(machine: MachineSpec, engine: str, spec: PeerSpec) -> MachineSpec:
+    return machine.model_copy(update={"peers": {**machine.peers, engine: spec}})
+
+
+def predict(model: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
+    from sim.simulate import fast_simulate
+    return fast_simulate(model, machine, run.plan, run.workload, run.budgets)
+
+
+def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.ndarray:
+    """How many times per token the run pays each parameter."""
+    loaded = [u for u in model.units if run.plan.tiers()[u.name].tier != "vram"
+              and run.plan.tiers()[u.name].compute == "gpu"]
+    count = {"step_s": 1.0, "module_s": float(sum(param_modules(u.kind, model.family) for u in model.units)),
+             "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
+             "load_unit_s": float(len(loaded))}
+    return np.array([count[p] for p in params])
+
+
+def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
+    """The peer's cost parameters that best explain `runs` (relative error of the time per token, least squares
+    through the simulator, parameters >= 0); started from the linear estimate (residual = parameters x counts)."""
+    params = PARAMS[engine]
+    base = runs[0][1].peers[engine].model_copy(update={p: 0.0 for p in params})
+    A = np.array([features(model, r, params) for model, _, r in runs])
+    b = np.array([r.measured_tpot_s - predict(model, with_peer(m, engine, base), r)["time_per_token_s"]
+                  for model, m, r in runs])
+    x0, _ = nnls(A, np.maximum(b, 0.0))
+
+    def spec(x: np.ndarray) -> PeerSpec:
+        return base.model_copy(update={p: float(v) for p, v in zip(params, x)})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        s = spec(np.maximum(x, 0.0))
+        return np.array([predict(model, with_peer(m, engine, s), r)["time_per_token_s"] / r.measured_tpot_s - 1
+                         for model, m, r in runs])
+    scale = np.maximum(x0, 1e-3)
+    res = least_squares(residuals, x0, bounds=(0.0, np.inf), x_scale=scale, diff_step=1e-3)
+    return spec(res.x).model_copy(update={"source": source})
