@@ -131,7 +131,11 @@ class Engine:
         a 4-layer model streamed from pinned RAM)."""
         old, threads = sys.getswitchinterval(), torch.get_num_threads()
         det, det_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+        cudnn_sdp = torch.backends.cuda.cudnn_sdp_enabled()
         torch.use_deterministic_algorithms(True, warn_only=True)  # same plan, same logits, run after run
+        # no cuDNN attention: it builds an execution plan for every new KV length (40-60 ms each on the H200,
+        # docs/peers.md), which made decode timings depend on which lengths the process had seen before
+        torch.backends.cuda.enable_cudnn_sdp(False)
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         if self.cuda and any(p.compute == "cpu" for p in self.plan.placements):
             torch.set_num_threads(max(1, self.machine.cpu.cores - RESERVED_CORES))
@@ -141,6 +145,7 @@ class Engine:
             sys.setswitchinterval(old)
             torch.set_num_threads(threads)
             torch.use_deterministic_algorithms(det, warn_only=det_warn)
+            torch.backends.cuda.enable_cudnn_sdp(cudnn_sdp)
 
     def _run(self, w: Workload, prompt: torch.Tensor | None, cold: bool) -> RunResult:
         from validate.stream_run import StreamRun
