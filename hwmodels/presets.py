@@ -100,6 +100,11 @@ def _machine(name: str) -> tuple[MachineSpec, dict[str, str]]:
         data[kind][field] = value
         if src:
             sources[path] = src
+    if "peers" in entry:  # measured costs of peer engines on this machine (docs/peers.md)
+        from hwmodels.specs import default_peers
+        data["peers"] = {k: v.model_dump() for k, v in default_peers().items()}
+        for engine, values in entry["peers"].items():
+            data["peers"][engine].update(values)
     data["sources"] = sources
     return MachineSpec.model_validate(data), sources
 

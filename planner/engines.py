@@ -121,7 +121,7 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
             model, machine, w, budgets)
     except PlanError as exc:
         return EnginePlan(engine, None, reason=str(exc))
-    notes = [] if machine.peers[engine].source.startswith("measured") else \
+    notes = [] if machine.peers[engine].source.startswith(("measured", "[M]")) else \
         [f"{engine}'s own host costs are not measured for {machine.name} ({machine.peers[engine].source}); the time is "
          "its pipeline only"]
     return EnginePlan(engine, plan, _simulate(model, machine, plan, w, budgets), notes=notes)

@@ -1,0 +1,123 @@
+"""Peer engine models (issue 11): their costs in the schedule, Accelerate's placement, the fit of their costs."""
+import pytest
+
+from hwmodels.specs import PeerSpec
+from planner.engines import best_accelerate_map, plan_for_engine
+from sim.families import shape_from_config
+from sim.memory import PlanError
+from sim.models import preset_config
+from sim.plan import Budgets, Workload
+from sim.policies import POLICIES, accelerate_map, accelerate_tiers, llamacpp_ngl
+from sim.schedule import MMAP_HIT_BYTES_PER_S, build_schedule
+from sim.simulate import fast_simulate, simulate
+from tests.toys import BIG, toy_model
+from validate.peer_calibration import PeerRun, fit, with_peer
+
+W = Workload(batch=1, prompt_tokens=1, new_tokens=3)
+
+
+def _accelerate(toy_machine, tiers, **costs):
+    m = with_peer(toy_machine, "accelerate", PeerSpec(**costs))
+    model = toy_model((4, 8, 2))
+    return model, m, accelerate_map(model, m, W, BIG, dict(zip(["l0", "l1", "l2"], tiers)), "accelerate")
+
+
+def test_accelerate_costs_hand_worked(toy_machine):
+    """Per token: l0 computes 4 B at 10 B/s (0.4 s) + the step cost 0.5; l1 (8 B, offloaded) is copied pageable at
+    1 B/s after l0 ends (8 s), computes 0.8 s + 9 modules x 0.1 + 0.2 per loaded unit; l2 computes 0.2 s: 11.0 s."""
+    model, m, plan = _accelerate(toy_machine, ["vram", "ram_pageable", "vram"], step_s=0.5, load_module_s=0.1,
+                                 load_unit_s=0.2)
+    assert [p.compute for p in plan.placements] == ["gpu"] * 3 and plan.engine == "accelerate"
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(11.0)
+    assert simulate(model, m, plan, W, BIG).summary["time_per_token_s"] == pytest.approx(11.0)
+    ideal = plan.model_copy(update={"engine": "offloadsim"})  # the same map without Accelerate's costs: 9.4 s
+    assert fast_simulate(model, m, ideal, W, BIG)["time_per_token_s"] == pytest.approx(9.4)
+
+
+def test_accelerate_runs_on_the_cpu_when_nothing_is_on_the_gpu(toy_machine):
+    """transformers with an all-'cpu' device_map computes on the CPU: no copies, and no GPU step cost."""
+    model, m, plan = _accelerate(toy_machine, ["ram_pageable"] * 3, step_s=0.5)
+    assert [p.compute for p in plan.placements] == ["cpu"] * 3
+    sch = build_schedule(model, m, plan, W, BIG)
+    assert sch.copy_s.sum() == 0 and sch.overhead_s.sum() == 0
+    # CPU: 14 B at 5 B/s per token
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(14 / 5)
+
+
+def test_airllm_loader_and_mmap_reads(toy_machine):
+    """AirLLM copies every load into a pinned block (memcpy 10 B/s: 0.4, 0.8, 0.2 s) and maps its files: a page-cache
+    hit costs nothing of its own; its per-unit cleanup lands on the compute lane."""
+    model = toy_model((4, 8, 2))
+    m = with_peer(toy_machine, "airllm", PeerSpec(pin_each_load=True, mmap_reads=True, load_unit_s=1.5))
+    plan = POLICIES["airllm"](model, m, W, BIG)
+    sch = build_schedule(model, m, plan, W, BIG)
+    assert sch.unpack_s[:3].tolist() == pytest.approx([0.4, 0.8, 0.2])
+    assert sch.overhead_s[:3].tolist() == pytest.approx([1.5, 1.5, 1.5])
+    assert sch.cache_bytes_per_s == MMAP_HIT_BYTES_PER_S
+    ideal = POLICIES["airllm-ideal"](model, m, W, BIG)
+    sch0 = build_schedule(model, m, ideal, W, BIG)
+    assert ideal.engine == "offloadsim" and sch0.unpack_s.sum() == 0 and sch0.cache_bytes_per_s == 4.0
+
+
+LLAMA6 = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=6))
+
+
+@pytest.mark.parametrize("vram, ram, want", [
+    # max_memory of the H200 runs (docs/peers/peers-b.json) and the map transformers 5.17 chose for them
+    (2831219097, 100 * 2**30, {"model.embed_tokens": "vram", "model.layers.0": "vram", "model.layers.1": "ram_pageable",
+                               "lm_head": "ram_pageable"}),
+    (1415609548, 100 * 2**30, {"model.embed_tokens": "ram_pageable", "model.layers.0": "ram_pageable",
+                               "lm_head": "ram_pageable"}),
+    (1415609548, 943739699, {"model.embed_tokens": "disk_raw", "model.layers.5": "disk_raw", "lm_head": "disk_raw"}),
+])
+def test_accelerate_placement_matches_measured_maps(vram, ram, want):
+    tiers = accelerate_tiers(LLAMA6, Budgets(vram_bytes=vram, ram_bytes=ram, pinned_bytes=0))
+    assert {k: tiers[k] for k in want} == want
+
+
+def test_fit_recovers_known_costs(toy_machine):
+    """Runs 'measured' with step 0.5 s and 0.1 s per loaded module are explained by exactly those costs."""
+    model = toy_model((4, 8, 2))
+    truth = with_peer(toy_machine, "accelerate", PeerSpec(step_s=0.5, load_module_s=0.1))
+    runs = []
+    for tiers in (["vram"] * 3, ["vram", "ram_pageable", "vram"], ["vram", "ram_pageable", "ram_pageable"]):
+        plan = accelerate_map(model, truth, W, BIG, dict(zip(["l0", "l1", "l2"], tiers)), "accelerate")
+        s = fast_simulate(model, truth, plan, W, BIG)
+        runs.append((model, toy_machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], s["ttft_s"])))
+    got = fit("accelerate", runs, "test")
+    assert got.step_s == pytest.approx(0.5, rel=1e-3) and got.load_module_s == pytest.approx(0.1, rel=1e-3)
+    assert got.source == "test"
+
+
+def test_planned_accelerate_map_never_slower_than_accelerates_own(toy_machine):
+    model = LLAMA6
+    from hwmodels.presets import load_machine
+    m = load_machine("h200-testbox")
+    w = Workload(batch=1, prompt_tokens=64, new_tokens=3)
+    for frac in (0.35, 0.6, 0.9):
+        b = Budgets.of(m, vram=int(frac * model.total_bytes))
+        try:
+            own = POLICIES["accelerate"](model, m, w, b)
+        except PlanError:
+            continue
+        mine = best_accelerate_map(model, m, w, b)
+        assert {p.tier for p in mine.placements} <= {"vram", "ram_pageable", "disk_raw"}
+        assert fast_simulate(model, m, mine, w, b)["time_per_token_s"] <= \
+            fast_simulate(model, m, own, w, b)["time_per_token_s"] * (1 + 1e-9)
+        # offloadsim's planner can run any Accelerate map, so it is never slower than Accelerate
+        ours = plan_for_engine("offloadsim", model, m, w, b)
+        assert ours.time_per_token_s <= fast_simulate(model, m, mine.model_copy(update={"engine": "offloadsim"}), w, b)[
+            "time_per_token_s"] * (1 + 1e-9)
+
+
+def test_llamacpp_ngl_extremes():
+    from hwmodels.presets import load_machine
+    m = load_machine("h200-testbox")
+    b = Budgets.of(m)
+    none = llamacpp_ngl(LLAMA6, m, W, b, 0)
+    assert all(p.compute == "cpu" for p in none.placements)
+    all_ = llamacpp_ngl(LLAMA6, m, W, b, LLAMA6.n_blocks + 1)
+    on_gpu = [p.unit for p in all_.placements if p.tier == "vram"]
+    assert on_gpu == [u.name for u in LLAMA6.units if u.kind != "embedding"]  # the embedding stays on the CPU
+    two = llamacpp_ngl(LLAMA6, m, W, b, 2)
+    assert [p.unit for p in two.placements if p.tier == "vram"] == [u.name for u in LLAMA6.units if u.kind == "decoder"][-2:]
