@@ -111,8 +111,6 @@ class PeerSpec(Spec):
                                           "the layer and cleaning up after it).")
     pin_each_load: bool = Field(default=False, description="Every load is copied into a pinned buffer (pin_memory(): "
                                 "a host memcpy; PyTorch's caching host allocator reuses the pinned blocks).")
-    fresh_pages_each_load: bool = Field(default=False, description="Every load is read into newly allocated pages: "
-                                        "the read runs at the host's first-touch speed when that is slower.")
     mmap_reads: bool = Field(default=False, description="Weights on disk are memory-mapped and used in place: a "
                              "page-cache hit costs nothing beyond the copy or compute that touches it.")
     source: str = Field(default="idealised: no measured costs", description="Where the values come from.")

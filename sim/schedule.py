@@ -70,20 +70,14 @@ class Schedule:
 def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workload, budgets: Budgets) -> Schedule:
     """Check the plan against the budgets and lay out every item of the request."""
     mem = check_plan(model, plan, w, budgets)
-    t = plan.tiers()
     units = model.units
-    st = machine.storage
     peer = machine.peers.get(plan.engine) if plan.engine != "offloadsim" else None
-    gpu_exec = any(p.compute == "gpu" for p in plan.placements)  # a peer's step cost was measured on GPU runs only
+    st = machine.storage
     sch = Schedule(names=[u.name for u in units], n_steps=w.new_tokens, memory=mem,
                    startup_s=machine.engine.stream_startup_s if peer is None else 0.0,
                    read_latency_s=st.request_latency_s, cold_bytes_per_s=st.cold_read_bytes_per_s,
                    cache_bytes_per_s=MMAP_HIT_BYTES_PER_S if peer is not None and peer.mmap_reads else st.cache_read_bytes_per_s,
                    cache_capacity_bytes=mem.page_cache_bytes)
-    ratio = plan.codec.ratio if plan.codec else 1.0
-    router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew, w.seed) \
-        if model.is_moe else None
-    rng = np.random.default_rng(w.seed + 1)
     cache = _compute_cache(model, machine)
     sch.compute_sources = compute_sources(units, machine, model.family)
 
@@ -93,60 +87,72 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
             cache[key] = (cpu_compute_s if cpu else gpu_compute_s)(units[ui], machine, batch, new, ctx, model.family)
         return cache[key]
 
+    gpu_exec = any(p.compute == "gpu" for p in plan.placements)  # a peer's step cost was measured on GPU runs only
+    t = plan.tiers()
+
     def row(ui: int, offload: bool) -> tuple:
-        """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot, blocking,
-        overhead).
-        A CPU-placed unit computed on the GPU for a large step (offload) is copied from where it lives. A copy from
-        pageable memory does not overlap GPU compute (measured on the H200: the compute of the unit before it
-        finished only after the copy; docs/validation.md), so it waits for the previous compute like a blocking copy."""
-        u, p = units[ui], t[units[ui].name]
-        cpu = p.compute == "cpu" and not offload
-        load = GPU_LOAD if (not cpu and p.tier != "vram") else CPU_READ if (cpu and p.tier.startswith("disk")) else 0
-        read = u.nbytes * (ratio if p.tier == "disk_compressed" else 1.0) if load and p.tier.startswith("disk") else 0.0
-        unpack = unpack_time_s(u.nbytes, plan.codec) if load and p.tier.endswith("compressed") else 0.0
-        staged = plan.pinned_staging and p.tier in STAGED_TIERS
-        gpu_load = load == GPU_LOAD
-        copy = copy_time_s(u.nbytes, machine, pinned=p.tier == "ram_pinned" or staged) if gpu_load else 0.0
-        pinned = p.tier == "ram_pinned" or staged
-        blocking = gpu_load and (not plan.overlap_copy or not pinned)
-        if peer is None:
-            overhead = machine.engine.stream_overhead_s.get(p.tier, 0.0) if load else 0.0
-        else:
-            unpack += _peer_load_s(peer, u.nbytes, machine, read > 0) if gpu_load else 0.0
-            mods = param_modules(u.kind, model.family)
-            overhead = peer.module_s * mods + ((peer.load_module_s * mods + peer.load_unit_s) if gpu_load else 0.0) \
-                + (peer.step_s if ui == 0 and gpu_exec else 0.0)
-        return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
+        return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload)
 
     rows = {False: [row(i, False) for i in range(len(units))]}
-    order: list[tuple[int, int]] = []  # (unit, -1) or (first expert unit of a block, block)
-    for ui, u in enumerate(units):
-        if u.expert is None:
-            order.append((ui, -1))
-        elif u.expert == 0:
-            order.append((ui, u.block))
-    streamed_expert = [t[u.name].tier != "vram" or t[u.name].compute == "cpu" for u in units]
-
-    def add(ui: int, s: int, r: tuple, comp: float, gate: int) -> None:
-        sch.unit.append(ui)
-        sch.step.append(s)
-        sch.on_cpu.append(r[0])
-        sch.load.append(r[1])
-        sch.read_bytes.append(r[2])
-        sch.unpack_s.append(r[3])
-        sch.copy_s.append(r[4])
-        sch.copy_bytes.append(r[5])
-        sch.pinned_slot.append(r[6])
-        sch.blocking.append(r[7])
-        sch.overhead_s.append(r[8])
-        sch.compute_s.append(comp)
-        sch.gate.append(gate)
-
-    if router is None:  # dense: every step runs every unit in order, so a step's columns are the unit rows
+    if not model.is_moe:  # dense: every step runs every unit in order, so a step's columns are the unit rows
         _dense_steps(sch, rows, row, compute_time, len(units), w, plan, machine.cpu.copy_contention)
         if w.warm:
             sch.warm_keys = _warm_contents(sch.finalize())
         return sch.finalize()
+    _moe_steps(sch, rows, row, compute_time, model, plan, w, machine.cpu.copy_contention)
+    if w.warm:
+        sch.warm_keys = _warm_contents(sch)
+    return sch.finalize()
+
+
+def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, peer, gpu_exec: bool,
+              offload: bool) -> tuple:
+    """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot, blocking, overhead).
+    A CPU-placed unit computed on the GPU for a large step (offload) is copied from where it lives. A copy from
+    pageable memory does not overlap GPU compute (measured on the H200: the compute of the unit before it finished
+    only after the copy; docs/validation.md), so it waits for the previous compute like a blocking copy."""
+    u = model.units[ui]
+    ratio = plan.codec.ratio if plan.codec else 1.0
+    cpu = p.compute == "cpu" and not offload
+    load = GPU_LOAD if (not cpu and p.tier != "vram") else CPU_READ if (cpu and p.tier.startswith("disk")) else 0
+    read = u.nbytes * (ratio if p.tier == "disk_compressed" else 1.0) if load and p.tier.startswith("disk") else 0.0
+    unpack = unpack_time_s(u.nbytes, plan.codec) if load and p.tier.endswith("compressed") else 0.0
+    staged = plan.pinned_staging and p.tier in STAGED_TIERS
+    gpu_load = load == GPU_LOAD
+    pinned = p.tier == "ram_pinned" or staged
+    copy = copy_time_s(u.nbytes, machine, pinned=pinned) if gpu_load else 0.0
+    blocking = gpu_load and (not plan.overlap_copy or not pinned)
+    if peer is None:
+        overhead = machine.engine.stream_overhead_s.get(p.tier, 0.0) if load else 0.0
+    else:  # a peer: a pinned copy per load on the loader; hooks, cleanup and its generation loop on the compute lane
+        unpack += u.nbytes / machine.host_memory.memcpy_bytes_per_s if gpu_load and peer.pin_each_load else 0.0
+        mods = param_modules(u.kind, model.family)
+        overhead = peer.module_s * mods + ((peer.load_module_s * mods + peer.load_unit_s) if gpu_load else 0.0) \
+            + (peer.step_s if ui == 0 and gpu_exec else 0.0)
+    return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
+
+
+def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, plan: Plan, w: Workload,
+               factor: float) -> None:
+    """The items of an MoE request: per step, each block's attention then the experts its router picked, a
+    streamed expert's load gated by its router (or the previous block's, when the predictor guesses it)."""
+    units, t = model.units, plan.tiers()
+    router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew, w.seed)
+    rng = np.random.default_rng(w.seed + 1)
+    order = [(ui, -1) if u.expert is None else (ui, u.block) for ui, u in enumerate(units)
+             if u.expert is None or u.expert == 0]  # (unit, -1) or (first expert unit of a block, block)
+    streamed_expert = [t[u.name].tier != "vram" or t[u.name].compute == "cpu" for u in units]
+    cols = (sch.on_cpu, sch.load, sch.read_bytes, sch.unpack_s, sch.copy_s, sch.copy_bytes, sch.pinned_slot,
+            sch.blocking, sch.overhead_s)
+
+    def add(ui: int, s: int, r: tuple, comp: float, gate: int) -> None:
+        sch.unit.append(ui)
+        sch.step.append(s)
+        for col, v in zip(cols, r):
+            col.append(v)
+        sch.compute_s.append(comp)
+        sch.gate.append(gate)
+
     for s in range(w.new_tokens):
         new, ctx = (w.prompt_tokens, 0) if s == 0 else (1, w.prompt_tokens + s - 1)
         tokens = w.batch * new
@@ -158,9 +164,8 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         router_item: dict[int, int] = {}
         for ui, block in order:
             if block < 0:
-                u = units[ui]
-                if u.kind in ("attention", "decoder"):
-                    router_item[u.block] = len(sch.unit)
+                if units[ui].kind in ("attention", "decoder"):
+                    router_item[units[ui].block] = len(sch.unit)
                 add(ui, s, rs[ui], compute_time(ui, rs[ui][0], w.batch, new, ctx), -1)
                 continue
             counts = router.draw(block, tokens)
@@ -171,21 +176,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
                     hit = plan.expert_predictor_hit_rate is not None and rng.random() < plan.expert_predictor_hit_rate
                     gate = router_item.get(block - 1, -1) if hit else router_item[block]
                 add(ei, s, rs[ei], compute_time(ei, rs[ei][0], int(counts[e]), 1, 0), gate)
-        _contend(sch, first, len(sch.unit), machine.cpu.copy_contention)
-    if w.warm:
-        sch.warm_keys = _warm_contents(sch)
-    return sch.finalize()
-
-
-def _peer_load_s(peer, nbytes: float, machine: MachineSpec, read: bool) -> float:
-    """A peer's loader work besides read and copy (AirLLM: safetensors load_file into new pages, then pin_memory()),
-    on the loader lane before the copy: the fill of fresh pages where it is slower than a page-cache read, and the
-    copy into a pinned block (a memcpy: PyTorch's caching host allocator keeps the pinned blocks of earlier loads)."""
-    hm = machine.host_memory
-    t = nbytes / hm.memcpy_bytes_per_s if peer.pin_each_load else 0.0
-    if peer.fresh_pages_each_load and read:
-        t += max(nbytes / hm.first_touch_bytes_per_s - nbytes / machine.storage.cache_read_bytes_per_s, 0.0)
-    return t
+        _contend(sch, first, len(sch.unit), factor)
 
 
 _CACHES: "OrderedDict[tuple, tuple]" = OrderedDict()
