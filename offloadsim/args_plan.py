@@ -6,6 +6,9 @@ import argparse
 from offloadsim import commands_plan
 from offloadsim.args_sim import add_workload
 
+# planner.engines.ENGINES, spelled out: importing the planner here would slow every command's start (tested equal)
+ENGINES = ("offloadsim", "accelerate", "llamacpp", "airllm")
+
 
 def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p = sub.add_parser("plan", help="choose where every unit lives under the budgets; compare with every baseline")
@@ -17,7 +20,11 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
                    help="minimise the time per output token (default) or the request's total time")
     p.add_argument("--time-budget", type=float, default=None, help="a safety net only: the search stops on convergence or an evaluation cap, the same on any machine; if this many seconds pass first it stops and says so (default 300)")
     p.add_argument("--out", default=None, help="write the plan JSON (the validation engine consumes it)")
-    p.add_argument("--export", choices=["accelerate", "llamacpp"], default=None, help="print an engine's arguments")
+    p.add_argument("--engine", choices=list(ENGINES), default="offloadsim",
+                   help="the engine that will run the model: plan only what it can execute, timed with its own "
+                   "pipeline and host costs, and compare every engine (default offloadsim: the full planner)")
+    p.add_argument("--export", choices=["accelerate", "llamacpp"], default=None,
+                   help="print an engine's arguments for the plan (with --engine, that engine's own)")
     p.add_argument("--explain", action="store_true", help="per-unit placement and stall contribution")
     p.add_argument("--json", action="store_true")
 

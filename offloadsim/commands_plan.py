@@ -34,19 +34,109 @@ def _collapse(rows: list[dict]) -> list[tuple[dict, int]]:
     return out
 
 
+# the exports each engine can take: AirLLM takes no placement, Accelerate a device_map, llama.cpp -ngl/-ot arguments
+_ENGINE_EXPORTS = {"offloadsim": ("accelerate", "llamacpp"), "accelerate": ("accelerate",), "llamacpp": ("llamacpp",),
+                   "airllm": ()}
+
+
+def _check_export(engine: str, export: str | None) -> None:
+    """Refuse an export the chosen engine cannot take, before any planning."""
+    if export is None or export in _ENGINE_EXPORTS[engine]:
+        return
+    if engine == "airllm":
+        raise InputError(f"export: AirLLM takes no placement (it re-reads every layer from disk each token), so "
+                         f"--engine airllm has nothing to export as {export} arguments; drop --export.")
+    names = {"accelerate": "an Accelerate device_map", "llamacpp": "llama.cpp -ngl/-ot arguments"}
+    raise InputError(f"export: a plan for --engine {engine} is {names[engine]}, not {names[export]}; use --export "
+                     f"{engine}, or plan for that engine with --engine {export} --export {export}.")
+
+
+def _times(x: float) -> str:
+    return f"{x:.3g}x"
+
+
+def _engine_rows(engines: dict, chosen: str) -> dict[str, dict]:
+    """{engine: {time_per_token_s, ttft_s, speedup} | {error}}; speedup: the chosen engine's time per token over this
+    engine's (above 1: switching to it is faster)."""
+    base = engines[chosen].time_per_token_s
+    rows = {}
+    for name, e in engines.items():
+        if e.plan is None:
+            rows[name] = {"error": e.reason}
+            continue
+        t = e.time_per_token_s
+        rows[name] = {"time_per_token_s": t, "ttft_s": e.summary.get("ttft_s"),
+                      "speedup": base / t if base and t else None}
+    return rows
+
+
+def _engine_lines(rows: dict[str, dict], chosen: str) -> list[str]:
+    lines = ["engines, each with the best placement it can run at these budgets (plan --engine NAME):"]
+    for name, r in rows.items():
+        if "error" in r:
+            lines.append(f"  {name:<11} cannot run: {r['error']}")
+            continue
+        head = f"  {name:<11} {r['time_per_token_s']:.4f} s per token"
+        if name == chosen:
+            lines.append(f"{head}  (chosen)")
+        elif r["speedup"] is None:
+            lines.append(head)
+        elif abs(r["speedup"] - 1) < 0.005:
+            lines.append(f"{head}  (the same as {chosen})")
+        elif r["speedup"] >= 1:
+            lines.append(f"{head}  ({_times(r['speedup'])} faster than {chosen})")
+        else:
+            lines.append(f"{head}  ({_times(1 / r['speedup'])} slower than {chosen})")
+    return lines
+
+
+def _peers(model, machine, w, budgets, known: dict | None = None) -> dict:
+    """Every peer engine's best plan (planner.engines), reusing those already made."""
+    from planner.engines import ENGINES, plan_for_engine
+    known = known or {}
+    return {e: known.get(e) or plan_for_engine(e, model, machine, w, budgets) for e in ENGINES if e != "offloadsim"}
+
+
+def _compare(model, machine, w, budgets, known: dict, planner_kw: dict) -> dict:
+    """Every engine's best plan (as planner.engines.compare_engines), reusing those already made; offloadsim's is
+    planned never worse than the peers' placements."""
+    from planner.engines import peer_seeds, plan_for_engine
+    peers = _peers(model, machine, w, budgets, known)
+    ours = known.get("offloadsim") or plan_for_engine("offloadsim", model, machine, w, budgets,
+                                                      seeds=peer_seeds(peers), **planner_kw)
+    return {"offloadsim": ours, **peers}
+
+
+def _placement_summary(model, plan) -> list[dict]:
+    """Units and bytes per (tier, compute device), in the order tiers first appear."""
+    groups: dict[tuple[str, str], dict] = {}
+    for u, p in zip(model.units, plan.placements):
+        g = groups.setdefault((p.tier, p.compute), {"tier": p.tier, "compute": p.compute, "units": 0, "nbytes": 0})
+        g["units"] += 1
+        g["nbytes"] += u.nbytes
+    return list(groups.values())
+
+
 def plan_cmd(args: argparse.Namespace) -> int:
     out = check_output(args.out, "out", (args.model, args.machine), (".json",))
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and 0 < args.time_budget <= 3600):
         raise InputError(f"time-budget: {args.time_budget!r} seconds is out of range; give a number in (0, 3600].")
+    engine = getattr(args, "engine", "offloadsim")
+    _check_export(engine, args.export)
     machine = load_machine(args.machine)
     w = resolve_workload(args)
     budgets = resolve_budgets(args, machine)
     model = resolve_model(args)
     limits.check_request(model, machine, w)
+    planner_kw = {"objective": args.objective, "time_budget_s": args.time_budget, "progress": True}
+    if engine != "offloadsim":
+        return _engine_plan_cmd(args, engine, out, model, machine, w, budgets, planner_kw)
     from planner import plan_with_report
+    from planner.engines import peer_seeds
     from planner.export import to_accelerate, to_llamacpp
+    peers = _peers(model, machine, w, budgets)  # the planner is never worse than any peer's placement
     rep = plan_with_report(model, machine, w, budgets, objective=args.objective, time_budget_s=args.time_budget,
-                           progress=True)
+                           progress=True, seeds=peer_seeds(peers))
     plan = rep.plan
     if out and plan.feasible:  # an infeasible plan never replaces a file
         plan.save(out)
@@ -70,6 +160,10 @@ def plan_cmd(args: argparse.Namespace) -> int:
         if args.json:
             emit(args, data, "")
         return fail(f"budget: no plan fits: {plan.reason}")
+    from planner.engines import EnginePlan
+    engines = _engine_rows(_compare(model, machine, w, budgets, {**peers, "offloadsim": EnginePlan("offloadsim", plan, s)},
+                                    planner_kw), "offloadsim")
+    data.update(engine="offloadsim", engines=engines, notes=[])
     lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
              f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
              f"planner: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s "
@@ -80,6 +174,13 @@ def plan_cmd(args: argparse.Namespace) -> int:
     for name, v in rep.baselines.items():
         lines.append(f"  {name:<11} " + (f"{v['time_per_token_s']:.4f} s per token  ({v['time_per_token_s'] / s['time_per_token_s']:.2f}x the planner)"
                                          if "time_per_token_s" in v else f"cannot run: {v['error']}"))
+    lines += _engine_lines(engines, "offloadsim")
+    return emit(args, data, "\n".join(lines + _tail_lines(args, data)))
+
+
+def _tail_lines(args, data: dict) -> list[str]:
+    """The per-unit table (--explain), the export (--export) and where the plan went (--out)."""
+    lines = []
     if args.explain:
         lines.append(f"{'unit':<48} {'kind':<13} {'MB':>9} {'tier':<15} {'on':<4} {'gain if resident':>16}")
         for r, n in _collapse(data["layers"]):
@@ -91,7 +192,45 @@ def plan_cmd(args: argparse.Namespace) -> int:
         lines += [f"note: {n}" for n in data["export"]["notes"]]
     if args.out:
         lines.append(f"plan written to {args.out}")
-    return emit(args, data, "\n".join(lines))
+    return lines
+
+
+def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner_kw: dict) -> int:
+    """`plan --engine E` for a peer engine: E's best plan at the budgets, timed with E's model, and every engine."""
+    from planner.engines import plan_for_engine
+    from planner.export import to_accelerate, to_llamacpp
+    chosen = plan_for_engine(engine, model, machine, w, budgets)
+    plan = chosen.plan
+    if plan is None:
+        if args.json:
+            emit(args, {"feasible": False, "reason": chosen.reason, "engine": engine, "model": model.name,
+                        "machine": machine.name}, "")
+        return fail(f"budget: {engine} cannot run {model.name} at these budgets: {chosen.reason}")
+    if out:
+        plan.save(out)
+    s = chosen.summary
+    engines = _engine_rows(_compare(model, machine, w, budgets, {engine: chosen}, planner_kw), engine)
+    attrib = {}
+    if args.explain and len(model.units) < 2000:
+        attrib = {a["unit"]: a["gain_s"] for a in stall_attribution(model, machine, plan, w, budgets, limit=len(model.units))}
+    placement = _placement_summary(model, plan)
+    data = {"feasible": True, "reason": "", "engine": engine, "policy": plan.policy, "model": model.name,
+            "machine": machine.name, "time_per_token_s": s.get("time_per_token_s"), "ttft_s": s.get("ttft_s"),
+            "total_s": s.get("total_s"), "placement": placement, "engines": engines, "notes": list(chosen.notes),
+            "prefetch_depth": plan.prefetch_depth, "vram_slots": plan.vram_slots, "pinned_slots": plan.pinned_slots,
+            "layers": _placement_rows(model, plan, attrib)}
+    if args.export:
+        data["export"] = to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes) \
+            if args.export == "accelerate" else to_llamacpp(model, plan)
+    lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
+             f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
+             f"{engine}: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s, request "
+             f"{s['total_s']:.3f} s (plan {plan.policy}, the fastest it can run here)",
+             "placement: " + "; ".join(f"{g['units']} units in {g['tier']} computed on the {g['compute'].upper()} "
+                                       f"({g['nbytes'] / GiB:.2f} GiB)" for g in placement)]
+    lines += [f"note: {n}" for n in chosen.notes]
+    lines += _engine_lines(engines, engine)
+    return emit(args, data, "\n".join(lines + _tail_lines(args, data)))
 
 
 def pareto_cmd(args: argparse.Namespace) -> int:

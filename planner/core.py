@@ -23,7 +23,7 @@ from planner.options import OPTIONS, option_costs, usage
 from planner.search import EXACT_LIMIT, Outcome, Search, exact, exact_size
 from planner.seeds import known_placements
 from sim.equations import Codec, machine_codec
-from sim.fast import warm_up
+from sim.fast import Unsupported, warm_up
 from sim.memory import PlanError, activation_bytes, kv_cache_bytes, min_vram_bytes
 from sim.plan import Budgets, Placement, Plan, Workload
 from sim.policies import POLICIES
@@ -135,7 +135,7 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
     # the judge: the search result and every seed on the real workload; peers with their own runtime too
     finalists = ([("search", out.assign, out.settings)] if out else []) + [(n, a, s) for n, a, s, _ in scored]
     return _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, confirm, t0, options, ev, ev_real,
-                  out, scored, peers, finalists)
+                  out, scored, peers, finalists, seeds or {})
 
 
 def _search(model, machine, real, search_w, budgets, use, codec, options, opt_idx, search: Search, given: dict):
@@ -174,7 +174,7 @@ def _search(model, machine, real, search_w, budgets, use, codec, options, opt_id
 
 
 def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, confirm, t0, options, ev, ev_real,
-           out, scored, peers, finalists) -> PlanReport:
+           out, scored, peers, finalists, given: dict) -> PlanReport:
     """The best of the search and every seed and peer on the real workload, confirmed, with the bound."""
     best, best_t, seeds = None, float("inf"), {}
     for name, a, s in finalists:
@@ -200,6 +200,16 @@ def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, co
             seeds[f"{name}-peer"] = t
             if t < best_t * (1 - 1e-12):
                 best, best_t = (f"{name}-peer", own), t
+    for name, p in given.items():  # plans the result must not be worse than, as given (their own runtime)
+        if tiers is None and allow_cpu:
+            own = p.model_copy(update={"policy": "planner", "codec": p.codec or codec})
+            try:
+                t = _objective(fast_simulate(model, machine, own, real, budgets), objective)
+            except (PlanError, Unsupported):  # a seed that does not fit these budgets bounds nothing
+                continue
+            seeds[f"given-{name}"] = t
+            if t < best_t * (1 - 1e-12):
+                best, best_t = (f"given-{name}", own), t
     bound = lower_bound(ev_real, options)
     stopped = out.stopped if out else "no feasible seed"
     if best is None:

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from hwmodels.specs import MachineSpec
 from hwmodels.units import unknown_name
-from sim.equations import copy_time_s, read_time_s
-from sim.memory import PlanError
+from sim.equations import copy_time_s
+from planner.export import LLAMACPP_FAMILIES
+from sim.memory import PlanError, activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Plan, Workload
 from sim.policies import POLICIES, llamacpp_ngl
 from sim.policies import accelerate_map as run_map
@@ -56,10 +59,9 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
     """The fastest device_map Accelerate can run at these budgets (greedy by seconds saved per byte)."""
     peer = machine.peers["accelerate"]
 
-    def off_s(u, disk: bool) -> float:  # seconds per token a unit costs off the GPU
-        t = copy_time_s(u.nbytes, machine, pinned=False) + peer.load_module_s * param_modules(u.kind, model.family)
-        return t + (read_time_s(u.nbytes, machine, warm=True) if disk else 0.0)
-    order = sorted(model.units, key=lambda u: (-off_s(u, False) / max(u.nbytes, 1), u.name))
+    def off_s(u) -> float:  # seconds per token a unit costs off the GPU
+        return copy_time_s(u.nbytes, machine, pinned=False) + peer.load_module_s * param_modules(u.kind, model.family)
+    order = sorted(model.units, key=lambda u: (-off_s(u) / max(u.nbytes, 1), u.name))
 
     def tiers_keeping(keep: int) -> dict[str, str]:  # the densest `keep` units on the GPU, then RAM, then disk
         tiers, ram_left = {}, budgets.ram_bytes
@@ -71,21 +73,24 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
             else:
                 tiers[u.name] = "disk_raw"
         return tiers
+    # VRAM for the densest `keep` units: their bytes + one slot for the largest offloaded unit + KV + activations
+    sizes = np.array([u.nbytes for u in order], dtype=np.float64)
+    resident = np.concatenate([[0.0], np.cumsum(sizes)])
+    slot = np.concatenate([np.maximum.accumulate(sizes[::-1])[::-1], [0.0]])
+    fits = resident + slot + kv_cache_bytes(model, w) + activation_bytes(model, w) <= budgets.vram_bytes
     cands = []
-    for keep in range(len(order), 0, -1):  # fewer units on the GPU only adds copies: the first that fits is the
-        try:                               # best of this order; none on the GPU (all on the CPU) is its own case
-            cands.append(run_map(model, machine, w, budgets, tiers_keeping(keep), "accelerate-planned"))
+    for keep in np.flatnonzero(fits[1:])[::-1][:3] + 1:  # fewer units on the GPU only adds copies: the most that
+        try:                                              # fit is the best of this order (a few in case of rounding)
+            cands.append(run_map(model, machine, w, budgets, tiers_keeping(int(keep)), "accelerate-planned"))
+            break
         except PlanError:
             continue
-        break
-    try:
-        cands.append(run_map(model, machine, w, budgets, tiers_keeping(0), "accelerate-planned"))
-    except PlanError:
-        pass
-    try:
-        cands.append(POLICIES["accelerate"](model, machine, w, budgets))
-    except PlanError:
-        pass
+    for extra in (lambda: run_map(model, machine, w, budgets, tiers_keeping(0), "accelerate-planned"),  # on the CPU
+                  lambda: POLICIES["accelerate"](model, machine, w, budgets)):
+        try:
+            cands.append(extra())
+        except PlanError:
+            pass
     if not cands:
         raise PlanError("Accelerate cannot run this model at these budgets (an offloaded module must fit on the GPU "
                         "beside the resident ones); raise --vram")
@@ -93,26 +98,50 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
 
 
 def _llamacpp(model, machine, w, budgets) -> Plan:
-    plans = []
-    for ngl in range(model.n_blocks + 2):
+    """The fastest -ngl: the feasible values form a prefix (more blocks on the GPU need more VRAM), scanned coarsely,
+    then around the best with a halving step, then its neighbours."""
+    if model.family not in LLAMACPP_FAMILIES:
+        raise PlanError(f"llama.cpp cannot run a {model.family!r} model; plan for accelerate or offloadsim instead")
+
+    def plan_at(ngl: int) -> Plan | None:
         try:
-            plans.append(llamacpp_ngl(model, machine, w, budgets, ngl))
+            return llamacpp_ngl(model, machine, w, budgets, ngl)
         except PlanError:
-            pass
-    if not plans:
+            return None
+    lo, hi = 0, model.n_blocks + 1  # the largest feasible ngl, by bisection
+    if plan_at(0) is None:
         raise PlanError("llama.cpp cannot run this model at these budgets; raise --ram or --vram")
-    best = _best(model, machine, w, budgets, plans)[0]
-    return best.model_copy(update={"policy": "llamacpp-planned"})
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if plan_at(mid) is not None else (lo, mid - 1)
+    times: dict[int, float] = {}
+
+    def score(ngl: int) -> None:
+        if 0 <= ngl <= lo and ngl not in times:
+            times[ngl] = _simulate(model, machine, plan_at(ngl), w, budgets)["time_per_token_s"]
+    step = max(1, lo // 8)
+    for ngl in [*range(0, lo + 1, step), lo]:
+        score(ngl)
+    best = min(times, key=lambda n: (times[n], -n))
+    while step > 1:  # halve the step around the best
+        step = (step + 1) // 2
+        score(best - step), score(best + step)
+        best = min(times, key=lambda n: (times[n], -n))
+    for ngl in (best - 1, best + 1):
+        score(ngl)
+    best = min(times, key=lambda n: (times[n], -n))
+    return plan_at(best).model_copy(update={"policy": f"llamacpp-planned (-ngl {best})"})
 
 
 def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,
-                    **planner_kw) -> EnginePlan:
-    """The best plan `engine` can execute and its predicted times; `plan` None with the reason when none fits."""
+                    seeds: dict[str, Plan] | None = None, **planner_kw) -> EnginePlan:
+    """The best plan `engine` can execute and its predicted times; `plan` None with the reason when none fits.
+    offloadsim: the planner, never worse than `seeds` (e.g. the peers' planned placements run on its engine)."""
     if engine not in ENGINES:
         raise unknown_name("engine", engine, list(ENGINES))
     if engine == "offloadsim":
         from planner.core import plan_with_report
-        rep = plan_with_report(model, machine, w, budgets, confirm=False, **planner_kw)
+        rep = plan_with_report(model, machine, w, budgets, confirm=False, seeds=seeds, **planner_kw)
         if not rep.plan.feasible:
             return EnginePlan(engine, None, reason=rep.plan.reason)
         return EnginePlan(engine, rep.plan, _simulate(model, machine, rep.plan, w, budgets))
@@ -121,13 +150,21 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
             model, machine, w, budgets)
     except PlanError as exc:
         return EnginePlan(engine, None, reason=str(exc))
-    notes = [] if machine.peers[engine].source.startswith(("measured", "[M]")) else \
-        [f"{engine}'s own host costs are not measured for {machine.name} ({machine.peers[engine].source}); the time is "
-         "its pipeline only"]
+    src = machine.peers[engine].source
+    notes = [] if src.startswith(("measured", "[M]")) else \
+        [f"{engine}'s host costs are not measured for {machine.name}: the time is its pipeline alone ({src})"]
     return EnginePlan(engine, plan, _simulate(model, machine, plan, w, budgets), notes=notes)
+
+
+def peer_seeds(peers: dict[str, EnginePlan]) -> dict[str, Plan]:
+    """The peers' planned placements as offloadsim plans: the planner must not be worse than any of them."""
+    return {f"{e}-planned": r.plan.model_copy(update={"engine": "offloadsim", "policy": "planner"})
+            for e, r in peers.items() if r.plan is not None}
 
 
 def compare_engines(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,
                     **planner_kw) -> dict[str, EnginePlan]:
-    """Every engine's best plan at these budgets."""
-    return {e: plan_for_engine(e, model, machine, w, budgets, **planner_kw) for e in ENGINES}
+    """Every engine's best plan at these budgets; offloadsim's is never worse than a peer's placement."""
+    peers = {e: plan_for_engine(e, model, machine, w, budgets) for e in ENGINES if e != "offloadsim"}
+    return {"offloadsim": plan_for_engine("offloadsim", model, machine, w, budgets, seeds=peer_seeds(peers),
+                                          **planner_kw), **peers}

@@ -1,0 +1,129 @@
+"""`offloadsim plan --engine`: the plan an engine can run, its times, every engine compared, exports it can take."""
+import json
+
+import pytest
+
+from offloadsim.cli import main
+from sim.plan import Plan
+
+BASE = ["plan", "llama-3.1-8b", "--machine", "h200-testbox", "--vram", "8GiB", "--new-tokens", "3",
+        "--prompt-tokens", "16", "--batch", "1"]
+ACCELERATE_TIERS = {"vram", "ram_pageable", "disk_raw"}
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def check_engines_block(data: dict, engine: str) -> None:
+    from planner.engines import ENGINES
+    assert set(data["engines"]) == set(ENGINES)
+    assert data["engines"][engine]["time_per_token_s"] == pytest.approx(data["time_per_token_s"])
+    best = data["engines"]["offloadsim"]["time_per_token_s"]
+    for name, row in data["engines"].items():  # offloadsim's planner can run every peer's placement: never slower
+        assert "error" in row or row["time_per_token_s"] >= best * (1 - 1e-9), (name, row, best)
+
+
+def test_accelerate_json_plan_and_export(capsys, tmp_path):
+    rc, out, err = run(capsys, *BASE, "--engine", "accelerate", "--json", "--export", "accelerate",
+                       "--out", str(tmp_path / "p.json"))
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["engine"] == "accelerate" and data["feasible"]
+    assert data["time_per_token_s"] > 0 and data["ttft_s"] > 0 and isinstance(data["notes"], list)
+    check_engines_block(data, "accelerate")
+    assert data["time_per_token_s"] >= data["engines"]["offloadsim"]["time_per_token_s"] * (1 - 1e-9)
+    plan = Plan.load(tmp_path / "p.json")
+    assert plan.engine == "accelerate"
+    assert {p.tier for p in plan.placements} <= ACCELERATE_TIERS
+    assert any(p.tier != "vram" for p in plan.placements)  # 8 GiB cannot hold the 15 GiB model
+    # Accelerate computes on the GPU when anything is there, else the whole model on the CPU
+    assert len({p.compute for p in plan.placements}) == 1
+    assert {p.compute for p in plan.placements} == ({"gpu"} if any(p.tier == "vram" for p in plan.placements) else {"cpu"})
+    assert {r["tier"] for r in data["layers"]} == {p.tier for p in plan.placements}
+    assert set(data["export"]["device_map"].values()) <= {0, "cpu", "disk"}
+
+
+def test_accelerate_text(capsys):
+    rc, out, err = run(capsys, *BASE, "--engine", "accelerate")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert any(line.startswith("accelerate: ") and "s per token" in line for line in lines)
+    assert any(line.startswith("placement: ") for line in lines)
+    assert any(line.startswith("engines, each with the best placement") for line in lines)
+    row = next(line for line in lines if line.strip().startswith("offloadsim "))
+    assert "faster than accelerate" in row or "the same as accelerate" in row
+    assert any(line.strip().startswith("accelerate ") and "(chosen)" in line for line in lines)
+
+
+def test_llamacpp_plan_computes_off_gpu_units_on_the_cpu(capsys, tmp_path):
+    rc, out, err = run(capsys, *BASE, "--engine", "llamacpp", "--json", "--export", "llamacpp",
+                       "--out", str(tmp_path / "p.json"))
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["engine"] == "llamacpp"
+    check_engines_block(data, "llamacpp")
+    plan = Plan.load(tmp_path / "p.json")
+    assert plan.engine == "llamacpp"
+    assert any(p.tier != "vram" for p in plan.placements)
+    assert all(p.compute == "cpu" for p in plan.placements if p.tier != "vram")
+    assert all(p.compute == "gpu" for p in plan.placements if p.tier == "vram")
+    assert data["export"]["args"][:2] == ["-ngl", "999"]
+
+
+@pytest.mark.parametrize("engine, export", [("airllm", "accelerate"), ("airllm", "llamacpp"),
+                                            ("accelerate", "llamacpp"), ("llamacpp", "accelerate")])
+def test_export_the_engine_cannot_take_is_refused(capsys, tmp_path, engine, export):
+    rc, out, err = run(capsys, *BASE, "--engine", engine, "--export", export, "--out", str(tmp_path / "p.json"))
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("offloadsim: error: export:"), err
+    assert engine in err and "Traceback" not in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_engine_that_cannot_run_fails_in_one_line(capsys, tmp_path):
+    rc, out, err = run(capsys, *BASE[:4], "--vram", "100MiB", "--new-tokens", "3", "--prompt-tokens", "16",
+                       "--engine", "airllm", "--out", str(tmp_path / "p.json"))
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("offloadsim: error: budget: airllm cannot run"), err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_unknown_engine_is_rejected_by_argparse(capsys):
+    rc, out, err = run(capsys, *BASE, "--engine", "vllm")
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and "--engine" in err and "invalid choice: 'vllm'" in err
+
+
+def test_engine_choices_match_the_planner():
+    from offloadsim.args_plan import ENGINES as choices
+    from planner.engines import ENGINES
+    assert tuple(choices) == tuple(ENGINES)
+
+
+def test_default_engine_keeps_the_planner_report(capsys):
+    rc, out, err = run(capsys, *BASE)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("llama-3.1-8b on h200-testbox: VRAM 8.00 GiB")
+    assert lines[1].startswith("planner: ") and "s per token, first token" in lines[1]
+    assert lines[2].startswith("lower bound on the request")
+    for name in ("airllm", "accelerate", "llamacpp", "density", "resident", "stream"):  # the baselines, as before
+        assert any(line.startswith(f"  {name:<11} ") and ("the planner)" in line or "cannot run" in line)
+                   for line in lines), name
+    start = next(k for k, line in enumerate(lines) if line.startswith("engines, each with the best placement"))
+    assert lines[start + 1].startswith("  offloadsim ") and "(chosen)" in lines[start + 1]
+    assert any("slower than offloadsim" in line or "the same as offloadsim" in line for line in lines[start + 2:])
+
+
+def test_default_engine_json_keeps_keys_and_adds_engines(capsys):
+    rc, out, err = run(capsys, *BASE, "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert {"feasible", "reason", "model", "machine", "time_per_token_s", "ttft_s", "total_s", "lower_bound_total_s",
+            "gap_to_lower_bound", "planning_s", "converged", "stopped", "evaluations", "chosen_from", "baselines",
+            "baseline_errors", "prefetch_depth", "vram_slots", "pinned_slots", "layers"} <= set(data)
+    assert data["engine"] == "offloadsim"
+    check_engines_block(data, "offloadsim")
