@@ -14,7 +14,8 @@ import json
 import statistics
 from pathlib import Path
 
-from hwmodels.specs import MachineSpec, default_peers
+from hwmodels.specs import MachineSpec
+from planner.export import hf_module
 from sim.plan import Budgets, Workload
 from sim.policies import POLICIES, accelerate_map, accelerate_tiers
 from sim.shapes import ModelShape
@@ -31,7 +32,7 @@ def tiers_from_map(shape: ModelShape, hf_map: dict, on_gpu: bool) -> dict[str, s
         return {u.name: "vram" if on_gpu else "ram_pageable" for u in shape.units}
     out = {}
     for u in shape.units:
-        mod = u.modules[0]
+        mod = hf_module(shape, u.modules[0])
         keys = [k for k in hf_map if k == "" or mod == k or mod.startswith(k + ".")]
         out[u.name] = DEVICE[str(hf_map[max(keys, key=len)])]
     return out
@@ -83,7 +84,7 @@ def main() -> None:
     for e in archs:
         shape = ModelShape.model_validate(e["shape"])
         # the profile's peer entries are unmeasured defaults of the code that recorded it: take today's engine facts
-        machine = MachineSpec.model_validate(e["profile"]["machine"]).model_copy(update={"peers": default_peers()})
+        machine = MachineSpec.model_validate({k: v for k, v in e["profile"]["machine"].items() if k != "peers"})
         loaded.append((e, shape, machine, runs_of(e, shape, machine)))
     specs = {}
     for engine in ("accelerate", "airllm"):

@@ -46,6 +46,13 @@ def _simulate(model, machine, plan, w, budgets) -> dict:
     return fast_simulate(model, machine, plan, w, budgets)
 
 
+RANK_TOKENS = 4  # candidates are ranked on the prefill and 3 decode steps; the chosen plan is timed on the workload
+
+
+def _ranking(w: Workload) -> Workload:
+    return w.model_copy(update={"new_tokens": min(w.new_tokens, RANK_TOKENS)})
+
+
 def _best(model, machine, w, budgets, plans: list[Plan]) -> tuple[Plan | None, dict]:
     best, best_s = None, {}
     for p in plans:
@@ -94,7 +101,7 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
     if not cands:
         raise PlanError("Accelerate cannot run this model at these budgets (an offloaded module must fit on the GPU "
                         "beside the resident ones); raise --vram")
-    return _best(model, machine, w, budgets, cands)[0]
+    return _best(model, machine, _ranking(w), budgets, cands)[0]
 
 
 def _llamacpp(model, machine, w, budgets) -> Plan:
@@ -103,11 +110,15 @@ def _llamacpp(model, machine, w, budgets) -> Plan:
     if model.family not in LLAMACPP_FAMILIES:
         raise PlanError(f"llama.cpp cannot run a {model.family!r} model; plan for accelerate or offloadsim instead")
 
+    made: dict[int, Plan | None] = {}
+
     def plan_at(ngl: int) -> Plan | None:
-        try:
-            return llamacpp_ngl(model, machine, w, budgets, ngl)
-        except PlanError:
-            return None
+        if ngl not in made:
+            try:
+                made[ngl] = llamacpp_ngl(model, machine, w, budgets, ngl)
+            except PlanError:
+                made[ngl] = None
+        return made[ngl]
     lo, hi = 0, model.n_blocks + 1  # the largest feasible ngl, by bisection
     if plan_at(0) is None:
         raise PlanError("llama.cpp cannot run this model at these budgets; raise --ram or --vram")
@@ -118,7 +129,7 @@ def _llamacpp(model, machine, w, budgets) -> Plan:
 
     def score(ngl: int) -> None:
         if 0 <= ngl <= lo and ngl not in times:
-            times[ngl] = _simulate(model, machine, plan_at(ngl), w, budgets)["time_per_token_s"]
+            times[ngl] = _simulate(model, machine, plan_at(ngl), _ranking(w), budgets)["time_per_token_s"]
     step = max(1, lo // 8)
     for ngl in [*range(0, lo + 1, step), lo]:
         score(ngl)

@@ -14,6 +14,18 @@ from sim.shapes import ModelShape
 LLAMACPP_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 
 
+# Module names transformers 5 gives differently from the checkpoint's tensor names (its modeling_*.py; checkpoints
+# keep the old names and are converted at load): Mixtral's sparse MoE block is `mlp`.
+TRANSFORMERS5_RENAMES = {"mixtral": ((".block_sparse_moe", ".mlp"),)}
+
+
+def hf_module(model: ModelShape, name: str) -> str:
+    """The module of current transformers that holds the tensors under checkpoint prefix `name`."""
+    for old, new in TRANSFORMERS5_RENAMES.get(model.family, ()):
+        name = name.replace(old, new)
+    return name
+
+
 def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes: int, ram_bytes: int) -> dict:
     """{'device_map': {module: 0 | 'cpu' | 'disk'}, 'max_memory': {0: '..GiB', 'cpu': '..GiB'}, 'notes': [...]}."""
     tiers = plan.tiers()
@@ -23,10 +35,10 @@ def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes:
         p = tiers[u.name]
         dev = 0 if p.tier == "vram" else "disk" if p.tier.startswith("disk") else "cpu"
         if u.kind == "expert":  # transformers 5 fuses a block's experts into one module: map that module
-            fused.setdefault(u.modules[0].rsplit(".", 1)[0], []).append(dev)
+            fused.setdefault(hf_module(model, u.modules[0]).rsplit(".", 1)[0], []).append(dev)
             continue
         for module in u.modules:
-            device_map[module] = dev
+            device_map[hf_module(model, module)] = dev
     for module, devs in fused.items():
         device_map[module] = max(set(devs), key=lambda d: (devs.count(d), d == 0))
         if len(set(devs)) > 1:
