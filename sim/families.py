@@ -8,7 +8,7 @@ from typing import Any, Callable
 from hwmodels.units import InputError
 from sim.formats import SMALL_PARAM_BYTES, WeightFormat, parse_format
 from sim.quant import KEEP_16BIT, format_from_quant
-from sim.shapes import ModelShape, UnitShape, make_unit
+from sim.shapes import LAUNCHES, QK_NORM_LAUNCHES, ModelShape, UnitShape, make_unit
 
 KV_BYTES = 2  # 16-bit KV cache
 BUILDERS: dict[str, Callable[[dict, WeightFormat, str], ModelShape]] = {}
@@ -97,7 +97,8 @@ def _dense(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     for i in range(n_layers):
         units.append(make_unit(fmt, name=f"model.layers.{i}", kind="decoder", block=i, modules=(f"model.layers.{i}",),
                                matrix_params=a_mat + 3 * h * inter, small_params=a_small, attn_flops_per_ctx_token=a_flops,
-                               kv_bytes_per_token=kv, hidden=h))
+                               kv_bytes_per_token=kv, hidden=h,
+                               launches=LAUNCHES["decoder"] + (QK_NORM_LAUNCHES if t == "qwen3" else 0)))
     return ModelShape(name=cfg.get("_name_or_path") or t, family=t, weight_format=fmt, n_blocks=n_layers, hidden=h,
                       vocab=vocab, units=tuple(units + [head]))
 
@@ -139,6 +140,9 @@ def _moe_gqa(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     units = [emb]
     for i in range(n_layers):
         units += _moe_block(fmt, i, h, prefix, n_exp, e_inter, a_mat, a_small, a_flops, kv, 0)
+    if t == "qwen3_moe":  # q/k norms
+        units = [u.model_copy(update={"launches": u.launches + QK_NORM_LAUNCHES}) if u.kind == "attention" else u
+                 for u in units]
     return ModelShape(name=cfg.get("_name_or_path") or t, family=t, weight_format=fmt, n_blocks=n_layers, hidden=h,
                       vocab=vocab, n_routed_experts=n_exp, experts_per_token=topk, units=tuple(units + [head]))
 

@@ -13,9 +13,13 @@ from sim.formats import SMALL_PARAM_BYTES, WeightFormat
 
 UnitKind = Literal["embedding", "decoder", "attention", "mlp", "expert", "shared-expert", "norm", "lm_head"]
 
-# Kernel launches per unit in an eager PyTorch forward (HF modeling code); decides decode overhead.
+# Kernel launches per unit in an eager PyTorch forward at decode (HF modeling code); decides decode overhead on the
+# roofline. Counted by tests/test_launches.py (aten ops that launch a kernel, per module, transformers' Llama and
+# Qwen3): a Llama decoder 40, a final norm 8 (the head unit: norm + lm_head = 9), the embedding 1; Qwen3's q/k norms
+# add 16. The MoE kinds (attention 26, mlp 8, expert 5) are estimates, not counted.
 LAUNCHES = {"embedding": 1, "decoder": 40, "attention": 26, "mlp": 8, "expert": 5, "shared-expert": 5,
-            "norm": 6, "lm_head": 8}
+            "norm": 8, "lm_head": 9}
+QK_NORM_LAUNCHES = 16
 
 # Parameter-holding modules per unit in Hugging Face's eager layout (modeling_llama.py / modeling_qwen3.py): a
 # decoder is q/k/v/o, gate/up/down and two norms; Qwen3 adds q_norm and k_norm. Peer engines hook each of them.

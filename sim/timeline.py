@@ -1,7 +1,9 @@
 """The SimPy timeline: read, unpack, copy and compute per unit with prefetch, staging slots and the page cache.
 
 Resources: the storage queue (`reader_threads` reads at once), unpack workers (one decode at a time using all
-threads), the host-to-device copy engine, the GPU stream and the CPU. VRAM and pinned staging slots are Containers.
+threads), the host-to-device copy engine, the GPU stream and the CPU. VRAM slots are a Container; a pinned staging
+slot is the one freed by the copy the rules name (`pin_from`, round robin in item order), so parallel readers cannot
+take slots out of order.
 Each stage is a process that takes items in order, so every queue is FIFO.
 """
 from __future__ import annotations
@@ -31,7 +33,6 @@ class Timeline:
         self.gpu = simpy.Resource(env, capacity=1)
         self.cpu = simpy.Resource(env, capacity=1)
         self.vram_slots = simpy.Container(env, capacity=vram_slots, init=vram_slots)
-        self.pinned_slots = simpy.Container(env, capacity=max(pinned_slots, 1), init=max(pinned_slots, 1))
         self.cache = PageCache(sch.cache_capacity_bytes, sch.warm_keys)
         sch = self.sch
         n = len(sch.unit)
@@ -69,8 +70,8 @@ class Timeline:
                 return
             i = self.loads[k]
             yield self.env.all_of(self.gate_events(k))
-            if s.pinned_slot[i]:
-                yield self.pinned_slots.get(1)
+            if s.pinned_slot[i] and self.rules.pin_from[i] >= 0:  # its slot: the one that item's copy frees
+                yield self.ready[self.rules.pin_from[i]]
             if s.read_bytes[i] <= 0:
                 self.read_done[i].succeed()
                 continue
@@ -121,8 +122,6 @@ class Timeline:
                 t0 = self.env.now
                 yield self.env.timeout(s.copy_s[i])
                 self.record(i, "copy", "copy", t0, s.copy_bytes[i])
-            if s.pinned_slot[i]:
-                yield self.pinned_slots.put(1)
             self.ready[i].succeed()
 
     def compute(self):
