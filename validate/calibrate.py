@@ -316,14 +316,8 @@ def _in_engine(machine, folder: Path, quick: bool, meas: dict):
     return machine, over
 
 
-def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict:
-    """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}. On a machine without CUDA the CPU
-    plays the GPU: its grids are stored as the 'gpu' device, and the link is a host copy."""
-    from hwmodels.profiles import ComputeGrid
-    cuda = torch.cuda.is_available()
-    meas = _measure(base, folder, config, quick, cuda)
-    meas["config"] = config
-    m = load_machine(base)
+def _overrides(m, meas: dict, cuda: bool) -> dict:
+    """The profile's measured values by field path, from the microbenchmarks (`_measure`)."""
     st, comp = meas["storage"], meas["compute"]
     measured_threads = sorted(int(k.split("_")[1][:-7]) for k in meas["codec"] if k.startswith("decode_"))
     unpack_n = max([t for t in measured_threads if t <= m.cpu.unpack_threads] or measured_threads[:1])
@@ -340,7 +334,6 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
             "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,
             "gpu.bf16_flops_per_s": max(comp["prefill_flops_per_s"], 1.0)}
-    grids = [ComputeGrid.model_validate(g) for g in meas["grids"]]
     if cuda:
         link = meas["link"]
         sizes = sorted({int(k.split("_")[1][:-3]) for k in link})
@@ -362,6 +355,19 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict
                      "gpu.vram_bytes_per_s": m.cpu.memory_bytes_per_s, "storage.request_latency_s": 0.0,
                      "cpu.cores": os.cpu_count() or 1,
                      "cpu.flops_per_s": over["gpu.bf16_flops_per_s"], "cpu.op_overhead_s": overhead})
+    return over
+
+
+def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict:
+    """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}. On a machine without CUDA the CPU
+    plays the GPU: its grids are stored as the 'gpu' device, and the link is a host copy."""
+    from hwmodels.profiles import ComputeGrid
+    cuda = torch.cuda.is_available()
+    meas = _measure(base, folder, config, quick, cuda)
+    meas["config"] = config
+    m = load_machine(base)
+    over = _overrides(m, meas, cuda)
+    grids = [ComputeGrid.model_validate(g) for g in meas["grids"]]
     machine = m.with_overrides(**over).model_copy(update={"compute_grids": tuple(grids)})
     machine, in_engine = _in_engine(machine, folder, quick, meas)
     over.update(in_engine)
