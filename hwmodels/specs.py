@@ -41,6 +41,10 @@ class HostMemorySpec(Spec):
                                                    "memory (page faults); default [E] ~1 page per us per core.")
     pin_bytes_per_s: PositiveFloat = Field(default=1.44e9, description="Speed of allocating page-locked (pinned) host "
                                            "memory; default measured on the H200 host (h200-stream-probe.json).")
+    map_touch_bytes_per_s: PositiveFloat | None = Field(default=None, description="Speed of mapping page-cache pages "
+                                                        "into a fresh memory map (one touch per page): what using a "
+                                                        "memory-mapped file in place adds; calibrate measures it; None: "
+                                                        "not measured, taken as free.")
 
 
 class LinkSpec(Spec):

@@ -20,7 +20,7 @@ from sim.routing import ExpertRouter
 from sim.shapes import ModelShape, param_modules
 
 GPU_LOAD, CPU_READ = 1, 2
-MMAP_HIT_BYTES_PER_S = 1e15  # a page-cache hit of a memory-mapped weight used in place: no copy of its own
+MMAP_HIT_BYTES_PER_S = 1e15  # a mapped page-cache hit where the host's map speed is not measured: no cost of its own
 COLUMNS = {"unit": np.int64, "step": np.int64, "on_cpu": np.bool_, "load": np.int64, "read_bytes": np.float64,
            "unpack_s": np.float64, "copy_s": np.float64, "copy_bytes": np.float64, "compute_s": np.float64,
            "pinned_slot": np.bool_, "blocking": np.bool_, "overhead_s": np.float64, "gate": np.int64}
@@ -76,7 +76,8 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     sch = Schedule(names=[u.name for u in units], n_steps=w.new_tokens, memory=mem,
                    startup_s=machine.engine.stream_startup_s if peer is None else 0.0,
                    read_latency_s=st.request_latency_s, cold_bytes_per_s=st.cold_read_bytes_per_s,
-                   cache_bytes_per_s=MMAP_HIT_BYTES_PER_S if peer is not None and peer.mmap_reads else st.cache_read_bytes_per_s,
+                   cache_bytes_per_s=(machine.host_memory.map_touch_bytes_per_s or MMAP_HIT_BYTES_PER_S)
+                   if peer is not None and peer.mmap_reads else st.cache_read_bytes_per_s,
                    cache_capacity_bytes=mem.page_cache_bytes)
     cache = _compute_cache(model, machine)
     sch.compute_sources = compute_sources(units, machine, model.family)

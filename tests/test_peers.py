@@ -121,3 +121,25 @@ def test_llamacpp_ngl_extremes():
     assert on_gpu == [u.name for u in LLAMA6.units if u.kind != "embedding"]  # the embedding stays on the CPU
     two = llamacpp_ngl(LLAMA6, m, W, b, 2)
     assert [p.unit for p in two.placements if p.tier == "vram"] == [u.name for u in LLAMA6.units if u.kind == "decoder"][-2:]
+
+
+def test_mapped_hits_cost_the_hosts_map_speed(toy_machine):
+    """With a measured map speed (2 B/s), AirLLM's page-cache hits of its mapped files cost bytes / 2 B/s: a warm
+    request of the toy model reads l0 (4 B) in 2 s, l1 (8 B) in 4 s, l2 (2 B) in 1 s; unmeasured, they are free."""
+    model = toy_model((4, 8, 2))
+    hm = toy_machine.host_memory.model_copy(update={"map_touch_bytes_per_s": 2.0})
+    m = with_peer(toy_machine.model_copy(update={"host_memory": hm}), "airllm", PeerSpec(pin_each_load=True, mmap_reads=True))
+    w = W.model_copy(update={"warm": True})
+    plan = POLICIES["airllm"](model, m, w, BIG)
+    assert build_schedule(model, m, plan, w, BIG).cache_bytes_per_s == 2.0
+    reads = [e for e in simulate(model, m, plan, w, BIG).events if e.stage == "read" and e.token == 1]
+    assert [round(e.end_s - e.start_s, 9) for e in reads] == [2.0, 4.0, 1.0]
+
+
+def test_calibrate_measures_the_map_speed(tmp_path):
+    pytest.importorskip("torch")
+    from validate.calibrate import map_touch
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(8 * 2**20))
+    speed = map_touch(path, 8 * 2**20)
+    assert 1e6 < speed < 1e15

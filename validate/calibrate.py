@@ -72,9 +72,20 @@ def storage(folder: Path, nbytes: int, sizes=(MiB, 16 * MiB)) -> dict:
         out["warm_read_whole_bytes_per_s"] = read(nbytes)
         out["cold_read_bytes_per_s"] = out["cold_read_whole_bytes_per_s"]
         out["cache_read_bytes_per_s"] = out["warm_read_whole_bytes_per_s"]
+        out["map_touch_bytes_per_s"] = map_touch(path, nbytes)
     finally:
         path.unlink(missing_ok=True)
     return out
+
+
+def map_touch(path: Path, nbytes: int) -> float:
+    """Bytes per second of mapping a file's page-cache pages into a fresh memory map, one byte read per page (the
+    page-table work an engine pays when it uses mapped weights in place, e.g. Accelerate's np.memmap disk offload)."""
+    def once() -> None:
+        m = np.memmap(path, dtype=np.uint8, mode="r")
+        int(m[::4096].sum())
+        del m
+    return nbytes / _best(once)
 
 
 def memcpy(nbytes: int) -> float:
@@ -330,6 +341,7 @@ def _overrides(m, meas: dict, cuda: bool) -> dict:
             "storage.write_bytes_per_s": st["write_bytes_per_s"],
             "host_memory.memcpy_bytes_per_s": meas["memcpy_bytes_per_s"],
             "host_memory.first_touch_bytes_per_s": meas["first_touch_bytes_per_s"],
+            "host_memory.map_touch_bytes_per_s": st["map_touch_bytes_per_s"],
             "cpu.unpack_bytes_per_s_per_thread": {"zstd": unpack_total / unpack_n},
             "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,
