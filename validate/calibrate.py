@@ -80,7 +80,8 @@ def storage(folder: Path, nbytes: int, sizes=(MiB, 16 * MiB)) -> dict:
 
 def map_touch(path: Path, nbytes: int) -> float:
     """Bytes per second of mapping a file's page-cache pages into a fresh memory map, one byte read per page (the
-    page-table work an engine pays when it uses mapped weights in place, e.g. Accelerate's np.memmap disk offload)."""
+    page-table work an engine pays when it uses mapped weights in place, e.g. Accelerate's np.memmap disk offload).
+    A lower bound of that cost: engines that map each tensor anew pay more (benchmarks/h200_map_touch.py)."""
     def once() -> None:
         m = np.memmap(path, dtype=np.uint8, mode="r")
         int(m[::4096].sum())
