@@ -227,8 +227,12 @@ def shape_from_config(cfg: dict, fmt: WeightFormat | None = None, source: str = 
     if not isinstance(cfg, dict):
         raise InputError(f"{source}: expected a JSON object with model_type and sizes; got {type(cfg).__name__}.")
     t = cfg.get("model_type")
-    if not isinstance(t, str) or t not in BUILDERS:
+    if not isinstance(t, str) or not t:
         raise InputError(f"{source}: model_type {str(t)[:40]!r} is not supported; supported: {', '.join(sorted(BUILDERS))}.")
+    if t not in BUILDERS:  # no table: transformers' own layout of this config (sim/hf_shapes.py)
+        from sim.hf_shapes import check_known, shape_from_transformers
+        check_known(t, source, sorted(BUILDERS))
+        return _checked(shape_from_transformers(cfg, fmt or default_format(cfg, source), source), cfg, fmt, source)
     c = _Cfg(cfg, source)
     n_layers = c.int("num_hidden_layers")
     experts = max((c.int(k) for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k) is not None),
@@ -240,7 +244,10 @@ def shape_from_config(cfg: dict, fmt: WeightFormat | None = None, source: str = 
     if n_layers * (experts + 2) > MAX_UNITS:
         raise InputError(f"{source}: field 'num_hidden_layers' is {n_layers} with {experts} experts each, more than "
                          f"{MAX_UNITS:,} units; check the config.")
-    shape = BUILDERS[t](cfg, fmt or default_format(cfg, source), source)
+    return _checked(BUILDERS[t](cfg, fmt or default_format(cfg, source), source), cfg, fmt, source)
+
+
+def _checked(shape: ModelShape, cfg: dict, fmt: WeightFormat | None, source: str) -> ModelShape:
     if fmt is None and cfg.get("quantization_config"):
         shape = _keep_16bit(shape)
     if shape.total_bytes <= 0 or shape.total_bytes > 2**50:

@@ -49,9 +49,12 @@ def test_bad_input_one_sentence(capsys, argv, match):
 
 
 def test_bad_config_and_folder(capsys, tmp_path):
-    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')  # an encoder
     rc, _, err = run(capsys, "info", str(tmp_path / "config.json"))
-    assert rc == 2 and "not supported" in err
+    assert rc == 2 and "not supported" in err and err.count("\n") == 1
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-model"}')
+    rc, _, err = run(capsys, "info", str(tmp_path / "config.json"))
+    assert rc == 2 and "not supported" in err and err.count("\n") == 1
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, '

@@ -62,3 +62,40 @@ def test_accelerate_export_names_real_modules(preset, extra):
         assert key in modules, key
         if key.endswith(".experts"):
             assert all(p.shape[0] == shape.n_routed_experts for p in modules[key].parameters(recurse=False)), key
+
+
+@pytest.mark.parametrize("preset, extra", CASES)
+def test_layout_read_from_transformers_equals_the_table(preset, extra):
+    """The fallback for families without a table (sim/hf_shapes.py) gives, on every family that has one, the same
+    units: kind, block, expert, parameters, bytes and FLOP parameters (names may differ: checkpoint vs module)."""
+    from sim.families import default_format
+    from sim.hf_shapes import shape_from_transformers
+    cfg = dict(preset_config(preset), num_hidden_layers=2, **extra)
+    cfg.pop("quantization_config", None)
+    table = shape_from_config(cfg)
+    read = shape_from_transformers(cfg, default_format(cfg), "test")
+
+    def key(s):
+        return sorted((u.kind, u.block, -1 if u.expert is None else u.expert, u.params, u.nbytes, u.flop_params)
+                      for u in s.units)
+    assert key(read) == key(table)
+    assert (read.n_routed_experts, read.experts_per_token) == (table.n_routed_experts, table.experts_per_token)
+    if "kv_lora_rank" not in cfg:  # grouped-query attention: the same per-token attention terms
+        assert {(u.attn_flops_per_ctx_token, u.kv_bytes_per_token) for u in read.units if u.kind in ("decoder", "attention")} \
+            == {(u.attn_flops_per_ctx_token, u.kv_bytes_per_token) for u in table.units if u.kind in ("decoder", "attention")}
+
+
+def test_a_family_without_a_table_is_read_from_transformers():
+    """gpt-oss (no hand table): routed experts split from transformers' fused weights, one unit per expert."""
+    cfg = transformers.AutoConfig.for_model("gpt_oss", num_hidden_layers=2, layer_types=["sliding_attention",
+                                                                                       "full_attention"]).to_dict()
+    shape = shape_from_config(cfg)
+    n_exp = cfg["num_local_experts"]
+    assert shape.family == "gpt_oss" and shape.n_routed_experts == n_exp
+    assert sum(u.kind == "expert" for u in shape.units) == 2 * n_exp
+    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    expert = next(u for u in shape.units if u.kind == "expert")
+    assert expert.matrix_params == 3 * h * inter  # gate_up (2 x inter x h) and down (h x inter) per expert
+    assert expert.small_params == 2 * inter + h    # their biases
+    total = sum(u.params for u in shape.units)
+    assert total == _hf_counts(cfg)["ends"] + _hf_counts(cfg)["block0"] + _hf_counts(cfg)["block1"]

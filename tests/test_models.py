@@ -112,7 +112,8 @@ def test_folder_without_safetensors(tmp_path):
 
 
 @pytest.mark.parametrize("cfg, match", [
-    ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
+    ({"model_type": "gpt2"}, "field 'num_hidden_layers' \\(or 'n_layer'\\) is missing for model_type 'gpt2'"),
+    ({"model_type": "no-such-model"}, "model_type 'no-such-model' is not supported"),
     ({"model_type": "llama", "hidden_size": 64}, "field 'num_hidden_layers' is missing"),
     ({"model_type": "llama", "hidden_size": -4, "num_hidden_layers": 2}, "field 'hidden_size' is -4"),
 ])
