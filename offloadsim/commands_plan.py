@@ -90,18 +90,19 @@ def _engine_lines(rows: dict[str, dict], chosen: str) -> list[str]:
     return lines
 
 
-def _peers(model, machine, w, budgets, known: dict | None = None) -> dict:
-    """Every peer engine's best plan (planner.engines), reusing those already made."""
+def _peers(model, machine, w, budgets, objective: str, known: dict | None = None) -> dict:
+    """Every peer engine's best plan (planner.engines) for the objective, reusing those already made."""
     from planner.engines import ENGINES, plan_for_engine
     known = known or {}
-    return {e: known.get(e) or plan_for_engine(e, model, machine, w, budgets) for e in ENGINES if e != "offloadsim"}
+    return {e: known.get(e) or plan_for_engine(e, model, machine, w, budgets, objective=objective)
+            for e in ENGINES if e != "offloadsim"}
 
 
 def _compare(model, machine, w, budgets, known: dict, planner_kw: dict) -> dict:
     """Every engine's best plan (as planner.engines.compare_engines), reusing those already made; offloadsim's is
     planned never worse than the peers' placements."""
     from planner.engines import peer_seeds, plan_for_engine
-    peers = _peers(model, machine, w, budgets, known)
+    peers = _peers(model, machine, w, budgets, planner_kw["objective"], known)
     ours = known.get("offloadsim") or plan_for_engine("offloadsim", model, machine, w, budgets,
                                                       seeds=peer_seeds(peers), **planner_kw)
     return {"offloadsim": ours, **peers}
@@ -134,7 +135,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
     from planner import plan_with_report
     from planner.engines import peer_seeds
     from planner.export import to_accelerate, to_llamacpp
-    peers = _peers(model, machine, w, budgets)  # the planner is never worse than any peer's placement
+    peers = _peers(model, machine, w, budgets, args.objective)  # the planner is never worse than any peer's placement
     rep = plan_with_report(model, machine, w, budgets, objective=args.objective, time_budget_s=args.time_budget,
                            progress=True, seeds=peer_seeds(peers))
     plan = rep.plan
@@ -199,7 +200,7 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
     """`plan --engine E` for a peer engine: E's best plan at the budgets, timed with E's model, and every engine."""
     from planner.engines import plan_for_engine
     from planner.export import to_accelerate, to_llamacpp
-    chosen = plan_for_engine(engine, model, machine, w, budgets)
+    chosen = plan_for_engine(engine, model, machine, w, budgets, objective=args.objective)
     plan = chosen.plan
     if plan is None:
         if args.json:

@@ -53,16 +53,22 @@ def _ranking(w: Workload) -> Workload:
     return w.model_copy(update={"new_tokens": min(w.new_tokens, RANK_TOKENS)})
 
 
-def _best(model, machine, w, budgets, plans: list[Plan]) -> tuple[Plan | None, dict]:
-    best, best_s = None, {}
+def _score(s: dict, w: Workload, objective: str) -> float:
+    """The objective from a ranking run: time per token, or the request's total (first token + the decode steps)."""
+    return s["time_per_token_s"] if objective == "token" else s["ttft_s"] + (w.new_tokens - 1) * s["time_per_token_s"]
+
+
+def _best(model, machine, w, budgets, plans: list[Plan], objective: str) -> Plan | None:
+    best, best_t = None, float("inf")
     for p in plans:
-        s = _simulate(model, machine, p, w, budgets)
-        if best is None or s["time_per_token_s"] < best_s["time_per_token_s"] * (1 - 1e-12):
-            best, best_s = p, s
-    return best, best_s
+        t = _score(_simulate(model, machine, p, _ranking(w), budgets), w, objective)
+        if best is None or t < best_t * (1 - 1e-12):
+            best, best_t = p, t
+    return best
 
 
-def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
+def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,
+                        objective: str = "token") -> Plan:
     """The fastest device_map Accelerate can run at these budgets (greedy by seconds saved per byte)."""
     peer = machine.peers["accelerate"]
 
@@ -101,10 +107,10 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
     if not cands:
         raise PlanError("Accelerate cannot run this model at these budgets (an offloaded module must fit on the GPU "
                         "beside the resident ones); raise --vram")
-    return _best(model, machine, _ranking(w), budgets, cands)[0]
+    return _best(model, machine, w, budgets, cands, objective)
 
 
-def _llamacpp(model, machine, w, budgets) -> Plan:
+def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
     """The fastest -ngl: the feasible values form a prefix (more blocks on the GPU need more VRAM), scanned coarsely,
     then around the best with a halving step, then its neighbours."""
     if model.family not in LLAMACPP_FAMILIES:
@@ -129,7 +135,7 @@ def _llamacpp(model, machine, w, budgets) -> Plan:
 
     def score(ngl: int) -> None:
         if 0 <= ngl <= lo and ngl not in times:
-            times[ngl] = _simulate(model, machine, plan_at(ngl), _ranking(w), budgets)["time_per_token_s"]
+            times[ngl] = _score(_simulate(model, machine, plan_at(ngl), _ranking(w), budgets), w, objective)
     step = max(1, lo // 8)
     for ngl in [*range(0, lo + 1, step), lo]:
         score(ngl)
@@ -156,9 +162,13 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
         if not rep.plan.feasible:
             return EnginePlan(engine, None, reason=rep.plan.reason)
         return EnginePlan(engine, rep.plan, _simulate(model, machine, rep.plan, w, budgets))
+    objective = planner_kw.get("objective", "token")
     try:
-        plan = {"accelerate": best_accelerate_map, "llamacpp": _llamacpp, "airllm": POLICIES["airllm"]}[engine](
-            model, machine, w, budgets)
+        if engine == "airllm":
+            plan = POLICIES["airllm"](model, machine, w, budgets)
+        else:
+            plan = {"accelerate": best_accelerate_map, "llamacpp": _llamacpp}[engine](model, machine, w, budgets,
+                                                                                    objective)
     except PlanError as exc:
         return EnginePlan(engine, None, reason=str(exc))
     src = machine.peers[engine].source
@@ -176,6 +186,7 @@ def peer_seeds(peers: dict[str, EnginePlan]) -> dict[str, Plan]:
 def compare_engines(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,
                     **planner_kw) -> dict[str, EnginePlan]:
     """Every engine's best plan at these budgets; offloadsim's is never worse than a peer's placement."""
-    peers = {e: plan_for_engine(e, model, machine, w, budgets) for e in ENGINES if e != "offloadsim"}
+    peers = {e: plan_for_engine(e, model, machine, w, budgets, objective=planner_kw.get("objective", "token"))
+             for e in ENGINES if e != "offloadsim"}
     return {"offloadsim": plan_for_engine("offloadsim", model, machine, w, budgets, seeds=peer_seeds(peers),
                                           **planner_kw), **peers}

@@ -143,3 +143,10 @@ def test_calibrate_measures_the_map_speed(tmp_path):
     path.write_bytes(bytes(8 * 2**20))
     speed = map_touch(path, 8 * 2**20)
     assert 1e6 < speed < 1e15
+
+
+def test_engine_candidates_ranked_by_the_objective():
+    """Per token, or the request's total: first token 2 s + 4 decode steps of 0.5 s = 4 s."""
+    from planner.engines import _score
+    s, w = {"ttft_s": 2.0, "time_per_token_s": 0.5}, Workload(new_tokens=5)
+    assert _score(s, w, "token") == 0.5 and _score(s, w, "total") == 4.0
