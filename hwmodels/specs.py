@@ -107,8 +107,6 @@ class PeerSpec(Spec):
     of the real engine: benchmarks/h200_peers.py). Seconds on the compute lane unless said otherwise."""
     step_s: NonNegativeFloat = Field(default=0.0, description="Per forward step (token) of a run that computes on the "
                                      "GPU: the engine's generation loop around the layers.")
-    module_s: NonNegativeFloat = Field(default=0.0, description="Per parameter-holding module per forward, every unit "
-                                       "(hooks and the engine's Python beyond offloadsim's own engine).")
     load_module_s: NonNegativeFloat = Field(default=0.0, description="Per parameter-holding module of a unit loaded "
                                             "for one forward (hooks, per-tensor copies and freeing).")
     load_unit_s: NonNegativeFloat = Field(default=0.0, description="Per unit loaded for one forward (materialising "

@@ -90,24 +90,6 @@ def _engine_lines(rows: dict[str, dict], chosen: str) -> list[str]:
     return lines
 
 
-def _peers(model, machine, w, budgets, objective: str, known: dict | None = None) -> dict:
-    """Every peer engine's best plan (planner.engines) for the objective, reusing those already made."""
-    from planner.engines import ENGINES, plan_for_engine
-    known = known or {}
-    return {e: known.get(e) or plan_for_engine(e, model, machine, w, budgets, objective=objective)
-            for e in ENGINES if e != "offloadsim"}
-
-
-def _compare(model, machine, w, budgets, known: dict, planner_kw: dict) -> dict:
-    """Every engine's best plan (as planner.engines.compare_engines), reusing those already made; offloadsim's is
-    planned never worse than the peers' placements."""
-    from planner.engines import peer_seeds, plan_for_engine
-    peers = _peers(model, machine, w, budgets, planner_kw["objective"], known)
-    ours = known.get("offloadsim") or plan_for_engine("offloadsim", model, machine, w, budgets,
-                                                      seeds=peer_seeds(peers), **planner_kw)
-    return {"offloadsim": ours, **peers}
-
-
 def _placement_summary(model, plan) -> list[dict]:
     """Units and bytes per (tier, compute device), in the order tiers first appear."""
     groups: dict[tuple[str, str], dict] = {}
@@ -133,9 +115,9 @@ def plan_cmd(args: argparse.Namespace) -> int:
     if engine != "offloadsim":
         return _engine_plan_cmd(args, engine, out, model, machine, w, budgets, planner_kw)
     from planner import plan_with_report
-    from planner.engines import peer_seeds
+    from planner.engines import compare_engines, peer_engine_plans, peer_seeds
     from planner.export import to_accelerate, to_llamacpp
-    peers = _peers(model, machine, w, budgets, args.objective)  # the planner is never worse than any peer's placement
+    peers = peer_engine_plans(model, machine, w, budgets, args.objective)  # the planner: never worse than any of them
     rep = plan_with_report(model, machine, w, budgets, objective=args.objective, time_budget_s=args.time_budget,
                            progress=True, seeds=peer_seeds(peers))
     plan = rep.plan
@@ -162,8 +144,8 @@ def plan_cmd(args: argparse.Namespace) -> int:
             emit(args, data, "")
         return fail(f"budget: no plan fits: {plan.reason}")
     from planner.engines import EnginePlan
-    engines = _engine_rows(_compare(model, machine, w, budgets, {**peers, "offloadsim": EnginePlan("offloadsim", plan, s)},
-                                    planner_kw), "offloadsim")
+    known = {**peers, "offloadsim": EnginePlan("offloadsim", plan, s)}
+    engines = _engine_rows(compare_engines(model, machine, w, budgets, known, **planner_kw), "offloadsim")
     data.update(engine="offloadsim", engines=engines, notes=[])
     lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
              f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
@@ -198,7 +180,7 @@ def _tail_lines(args, data: dict) -> list[str]:
 
 def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner_kw: dict) -> int:
     """`plan --engine E` for a peer engine: E's best plan at the budgets, timed with E's model, and every engine."""
-    from planner.engines import plan_for_engine
+    from planner.engines import compare_engines, plan_for_engine
     from planner.export import to_accelerate, to_llamacpp
     chosen = plan_for_engine(engine, model, machine, w, budgets, objective=args.objective)
     plan = chosen.plan
@@ -210,7 +192,7 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
     if out:
         plan.save(out)
     s = chosen.summary
-    engines = _engine_rows(_compare(model, machine, w, budgets, {engine: chosen}, planner_kw), engine)
+    engines = _engine_rows(compare_engines(model, machine, w, budgets, {engine: chosen}, **planner_kw), engine)
     attrib = {}
     if args.explain and len(model.units) < 2000:
         attrib = {a["unit"]: a["gain_s"] for a in stall_attribution(model, machine, plan, w, budgets, limit=len(model.units))}

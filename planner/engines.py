@@ -183,10 +183,20 @@ def peer_seeds(peers: dict[str, EnginePlan]) -> dict[str, Plan]:
             for e, r in peers.items() if r.plan is not None}
 
 
+def peer_engine_plans(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, objective: str = "token",
+                      known: dict[str, EnginePlan] | None = None) -> dict[str, EnginePlan]:
+    """Every peer engine's best plan for the objective, reusing those in `known`."""
+    known = known or {}
+    return {e: known.get(e) or plan_for_engine(e, model, machine, w, budgets, objective=objective)
+            for e in ENGINES if e != "offloadsim"}
+
+
 def compare_engines(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,
-                    **planner_kw) -> dict[str, EnginePlan]:
-    """Every engine's best plan at these budgets; offloadsim's is never worse than a peer's placement."""
-    peers = {e: plan_for_engine(e, model, machine, w, budgets, objective=planner_kw.get("objective", "token"))
-             for e in ENGINES if e != "offloadsim"}
-    return {"offloadsim": plan_for_engine("offloadsim", model, machine, w, budgets, seeds=peer_seeds(peers),
-                                          **planner_kw), **peers}
+                    known: dict[str, EnginePlan] | None = None, **planner_kw) -> dict[str, EnginePlan]:
+    """Every engine's best plan at these budgets, reusing those in `known`; offloadsim's is planned never worse than
+    a peer's placement."""
+    known = known or {}
+    peers = peer_engine_plans(model, machine, w, budgets, planner_kw.get("objective", "token"), known)
+    ours = known.get("offloadsim") or plan_for_engine("offloadsim", model, machine, w, budgets, seeds=peer_seeds(peers),
+                                                      **planner_kw)
+    return {"offloadsim": ours, **peers}

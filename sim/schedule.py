@@ -128,7 +128,7 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     else:  # a peer: a pinned copy per load on the loader; hooks, cleanup and its generation loop on the compute lane
         unpack += u.nbytes / machine.host_memory.memcpy_bytes_per_s if gpu_load and peer.pin_each_load else 0.0
         mods = param_modules(u.kind, model.family)
-        overhead = peer.module_s * mods + ((peer.load_module_s * mods + peer.load_unit_s) if gpu_load else 0.0) \
+        overhead = ((peer.load_module_s * mods + peer.load_unit_s) if gpu_load else 0.0) \
             + (peer.step_s if ui == 0 and gpu_exec else 0.0)
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 

@@ -89,7 +89,7 @@ def test_fit_recovers_known_costs(toy_machine):
     assert got.source == "test"
 
 
-def test_planned_accelerate_map_never_slower_than_accelerates_own(toy_machine):
+def test_planned_accelerate_map_never_slower_than_accelerates_own():
     model = LLAMA6
     from hwmodels.presets import load_machine
     m = load_machine("h200-testbox")

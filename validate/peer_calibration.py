@@ -17,7 +17,7 @@ from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.shapes import ModelShape, param_modules
 
-PARAMS = {"accelerate": ("step_s", "load_module_s"), "airllm": ("load_unit_s",), "llamacpp": ("step_s",)}
+PARAMS = {"accelerate": ("step_s", "load_module_s"), "airllm": ("load_unit_s",)}  # llama.cpp: not measured yet
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,7 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
     """How many times per token the run pays each parameter."""
     loaded = [u for u in model.units if run.plan.tiers()[u.name].tier != "vram"
               and run.plan.tiers()[u.name].compute == "gpu"]
-    count = {"step_s": 1.0, "module_s": float(sum(param_modules(u.kind, model.family) for u in model.units)),
-             "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
+    count = {"step_s": 1.0, "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
              "load_unit_s": float(len(loaded))}
     return np.array([count[p] for p in params])
 
