@@ -2,7 +2,8 @@
 
 A `ComputeGrid` holds the seconds one unit of one architecture takes on one device, timed inside the engine as it
 runs (back to back, through its own dispatch path), over batch x prompt tokens (prefill, empty cache) and batch x
-context (decode, one new token). The simulator interpolates it (sim/compute.py). An `H2DPoint` is one measured
+context (decode, one new token), either as CUDA graphs (offloadsim's engine) or eagerly (the peers). The simulator
+interpolates it (sim/compute.py). An `H2DPoint` is one measured
 host-to-device copy size with its pinned and pageable speeds.
 """
 from __future__ import annotations
@@ -29,6 +30,9 @@ class UnitSignature(_Spec):
 class ComputeGrid(_Spec):
     unit: UnitSignature
     device: Literal["gpu", "cpu"] = Field(description="Where the unit was computed.")
+    dispatch: Literal["eager", "graph"] = Field(
+        default="eager", description="How the kernels were launched: 'graph' (offloadsim's engine replays one CUDA "
+                                     "graph per unit) or 'eager' (one launch per kernel, as the peers run).")
     batch: tuple[PositiveInt, ...] = Field(description="Batch sizes measured, ascending.")
     prefill_tokens: tuple[PositiveInt, ...] = Field(description="Prompt lengths measured (empty cache), ascending.")
     prefill_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][prompt length].")

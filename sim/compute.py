@@ -33,15 +33,20 @@ def _grid_index(grids: tuple[ComputeGrid, ...]) -> dict[tuple, ComputeGrid]:
     if hit is None:
         if len(_INDEXES) > 64:
             _INDEXES.clear()
-        hit = _INDEXES[id(grids)] = (grids, {(g.device,) + tuple(getattr(g.unit, f) for f in _FIELDS): g for g in grids})
+        hit = _INDEXES[id(grids)] = (grids, {(g.device, g.dispatch) + tuple(getattr(g.unit, f) for f in _FIELDS): g
+                                             for g in grids})
     return hit[1]
 
 
-def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str) -> ComputeGrid | None:
+def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str,
+              dispatch: str = "graph") -> ComputeGrid | None:
+    """The measured grid of the unit's signature on `device`, launched as `dispatch` asks, else the other way."""
     if not machine.compute_grids:
         return None
-    key = (device,) + tuple(family if f == "family" else getattr(unit, f) for f in _FIELDS)
-    return _grid_index(machine.compute_grids).get(key)
+    index = _grid_index(machine.compute_grids)
+    sig = tuple(family if f == "family" else getattr(unit, f) for f in _FIELDS)
+    other = "eager" if dispatch == "graph" else "graph"
+    return index.get((device, dispatch) + sig) or index.get((device, other) + sig)
 
 
 @functools.lru_cache(maxsize=256)
@@ -93,10 +98,11 @@ def _roofline(unit: UnitShape, flops_per_s: float, bytes_per_s: float, overhead_
 
 
 def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
-                  family: str = "") -> float:
+                  family: str = "", dispatch: str = "graph") -> float:
+    """`dispatch`: 'graph' for offloadsim's engine (a captured graph per unit), 'eager' for the peers."""
     g = machine.gpu
     roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * g.kernel_overhead_s)
-    grid = find_grid(machine, unit, family, "gpu") if machine.compute_grids else None
+    grid = find_grid(machine, unit, family, "gpu", dispatch) if machine.compute_grids else None
     return grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None else roof(batch, new_tokens, context)
 
 
@@ -104,7 +110,7 @@ def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
                   family: str = "") -> float:
     c = machine.cpu
     roof = _roofline(unit, c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
-    grid = find_grid(machine, unit, family, "cpu") if machine.compute_grids else None
+    grid = find_grid(machine, unit, family, "cpu", "eager") if machine.compute_grids else None
     return grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None else roof(batch, new_tokens, context)
 
 

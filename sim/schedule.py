@@ -82,10 +82,13 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     cache = _compute_cache(model, machine)
     sch.compute_sources = compute_sources(units, machine, model.family)
 
+    dispatch = "graph" if peer is None else "eager"  # offloadsim's engine replays a CUDA graph per unit
+
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
-        key = (ui, cpu, batch, new, ctx)  # the unit index names its shape, kind and family within one model
+        key = (ui, cpu, batch, new, ctx, dispatch)  # the unit index names its shape, kind and family within one model
         if key not in cache:
-            cache[key] = (cpu_compute_s if cpu else gpu_compute_s)(units[ui], machine, batch, new, ctx, model.family)
+            cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family) if cpu else \
+                gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch)
         return cache[key]
 
     gpu_exec = any(p.compute == "gpu" for p in plan.placements)  # a peer's step cost was measured on GPU runs only

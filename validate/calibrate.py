@@ -243,7 +243,7 @@ def contention(config: dict, machine, cuda: bool) -> dict:
     return {"cpu_decoder_alone_s": alone, "cpu_decoder_beside_copies_s": busy, "factor": max(busy / alone, 1.0)}
 
 
-def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool) -> dict:
+def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eager: bool = True) -> dict:
     from validate.compute_grid import measure_grids
     m = load_machine(base)
     steps = ["storage", "memcpy", "pin", "link", "codec", "roofline", "grid-gpu", "grid-cpu", "contention"]
@@ -271,6 +271,8 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool) -> 
                 meas["compute"] = compute(config, "cuda" if cuda else "cpu", (1,), (1, 32))
             elif step == "grid-gpu":
                 meas["grids"] = [g.model_dump() for g in measure_grids(config, m, "gpu", **(gpu_grid if cuda else cpu_grid))]
+                if cuda and eager:  # the peers launch every kernel themselves
+                    meas["grids"] += [g.model_dump() for g in measure_grids(config, m, "gpu", graphs=False, **gpu_grid)]
             elif step == "grid-cpu":
                 meas["grids"] += [g.model_dump() for g in measure_grids(config, m, "cpu", **cpu_grid)] if cuda else []
             elif step == "contention":
@@ -371,12 +373,13 @@ def _overrides(m, meas: dict, cuda: bool) -> dict:
     return over
 
 
-def calibrate(base: str, folder: Path, config: dict, quick: bool = True) -> dict:
+def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: bool = True) -> dict:
     """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}. On a machine without CUDA the CPU
-    plays the GPU: its grids are stored as the 'gpu' device, and the link is a host copy."""
+    plays the GPU: its grids are stored as the 'gpu' device, and the link is a host copy. `eager`: also time the GPU
+    grid with eager launches (what the peer engines pay; not needed to validate offloadsim's own engine)."""
     from hwmodels.profiles import ComputeGrid
     cuda = torch.cuda.is_available()
-    meas = _measure(base, folder, config, quick, cuda)
+    meas = _measure(base, folder, config, quick, cuda, eager)
     meas["config"] = config
     m = load_machine(base)
     over = _overrides(m, meas, cuda)

@@ -42,17 +42,21 @@ class RunResult:
 class Engine:
     def __init__(self, store: Path | None, config: dict, shape: ModelShape, plan: Plan, machine: MachineSpec,
                  device: str | None = None, unpack_threads: int | None = None, cold: bool = False,
-                 blobs: dict[str, tuple[torch.Tensor, list[dict]]] | None = None):
+                 blobs: dict[str, tuple[torch.Tensor, list[dict]]] | None = None, graphs: bool = True):
         """`store`: a layer store folder; or `blobs` (unit -> flat uint8 host tensor and its layout) for in-memory
         weights (calibration). `cold`: drop the store's pages first, so loading the resident tiers reads the disk.
-        The time to place the weights (read, pin, copy to the device) is `load_s`."""
+        The time to place the weights (read, pin, copy to the device) is `load_s`. `graphs`: GPU-placed units run
+        as captured CUDA graphs (one launch each); False runs every kernel eagerly (the peers' dispatch)."""
         self.store, self.shape, self.plan = Path(store) if store else None, shape, plan
         self.arch = M.Arch.from_config(config)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if self.device.type == "cuda" and self.device.index is None:  # 'cuda' != 'cuda:0' when compared: name it
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.cuda = self.device.type == "cuda"
         self.machine = machine
         self.unpack_threads = unpack_threads or machine.cpu.unpack_threads
         self.blobs = blobs
+        self.graphs = graphs
         if blobs is not None:
             self.files = {}
             self.meta = {n: {"nbytes": b.numel(), "stored": b.numel(), "layout": lay} for n, (b, lay) in blobs.items()}
@@ -130,9 +134,7 @@ class Engine:
         lets one stage thread hold the GIL while another has its item ready (measured: 40 ms -> 5 ms per token on
         a 4-layer model streamed from pinned RAM)."""
         old, threads = sys.getswitchinterval(), torch.get_num_threads()
-        det, det_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
         cudnn_sdp = torch.backends.cuda.cudnn_sdp_enabled()
-        torch.use_deterministic_algorithms(True, warn_only=True)  # same plan, same logits, run after run
         # no cuDNN attention: it builds an execution plan for every new KV length (40-60 ms each on the H200,
         # docs/peers.md), which made decode timings depend on which lengths the process had seen before
         torch.backends.cuda.enable_cudnn_sdp(False)
@@ -144,7 +146,6 @@ class Engine:
         finally:
             sys.setswitchinterval(old)
             torch.set_num_threads(threads)
-            torch.use_deterministic_algorithms(det, warn_only=det_warn)
             torch.backends.cuda.enable_cudnn_sdp(cudnn_sdp)
 
     def _run(self, w: Workload, prompt: torch.Tensor | None, cold: bool) -> RunResult:

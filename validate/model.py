@@ -71,8 +71,11 @@ def embed(ids: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def decoder_layer(x: torch.Tensor, w: dict[str, torch.Tensor], arch: Arch, cache: KVCache, start: int,
-                  cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """One decoder block on x [batch, seq, hidden] whose tokens sit at positions start..start+seq-1."""
+                  cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor | None = None) -> torch.Tensor:
+    """One decoder block on x [batch, seq, hidden] whose tokens sit at positions start..start+seq-1; or, with `pos`
+    (a one-element position tensor on x's device), one decode token at that position. The decode form has static
+    shapes (it writes the cache with index_copy_ and attends over the whole cache under a mask), so a CUDA graph
+    captured once serves every step, and eager and captured runs execute the same kernels."""
     b, s, _ = x.shape
     h = rms_norm(x, w["input_layernorm.weight"], arch.eps)
     q = F.linear(h, w["self_attn.q_proj.weight"], w.get("self_attn.q_proj.bias")).view(b, s, arch.heads, arch.head_dim)
@@ -83,13 +86,19 @@ def decoder_layer(x: torch.Tensor, w: dict[str, torch.Tensor], arch: Arch, cache
         k = rms_norm(k, w["self_attn.k_norm.weight"], arch.eps)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-    cache.k[:, :, start:start + s] = k
-    cache.v[:, :, start:start + s] = v
-    keys, values = cache.k[:, :, :start + s], cache.v[:, :, :start + s]
+    if pos is None:
+        cache.k[:, :, start:start + s] = k
+        cache.v[:, :, start:start + s] = v
+        keys, values, mask = cache.k[:, :, :start + s], cache.v[:, :, :start + s], None
+    else:
+        cache.k.index_copy_(2, pos, k)
+        cache.v.index_copy_(2, pos, v)
+        keys, values = cache.k, cache.v
+        mask = (torch.arange(keys.shape[2], device=pos.device) <= pos).view(1, 1, 1, -1)  # the positions written
     if arch.heads != arch.kv_heads:  # expanded K/V let SDPA pick its fused kernel (with GQA heads it falls back to
         rep = arch.heads // arch.kv_heads  # the math kernel: S x S scores in memory, allocator-bound timings)
         keys, values = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
-    attn = F.scaled_dot_product_attention(q, keys, values, is_causal=(start == 0 and s > 1))
+    attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=(pos is None and start == 0 and s > 1))
     x = x + F.linear(attn.transpose(1, 2).reshape(b, s, -1), w["self_attn.o_proj.weight"])
     h = rms_norm(x, w["post_attention_layernorm.weight"], arch.eps)
     gate = F.silu(F.linear(h, w["mlp.gate_proj.weight"])) * F.linear(h, w["mlp.up_proj.weight"])
