@@ -37,7 +37,7 @@ def log(*a):
     print(f"[{time.perf_counter() - T0:6.0f}s]", *a, flush=True)
 
 
-def cases(shape, machine, budgets_of, codec):
+def cases(shape, machine, budgets_of, codec, new_tokens: int = 6):
     """(label, plan, budgets, cold, batch, prompt): the matrix rows for one architecture."""
     from planner import plan_with_report
     from sim.memory import min_vram_bytes
@@ -66,12 +66,12 @@ def cases(shape, machine, budgets_of, codec):
         ("pinned budget < streamed set", stream({n: "ram_pinned" if k < half else "ram_pageable" for k, n in enumerate(dec)},
                                                 "pinned-half"), big, False, 16, 512),
     ]
-    w1 = Workload(batch=1, prompt_tokens=32, new_tokens=4)
+    w1 = Workload(batch=1, prompt_tokens=32, new_tokens=new_tokens)
     b_small = budgets_of(vram=min_vram_bytes(shape, w1) + int(0.4 * total))
     out.append(("llamacpp-like CPU compute", POLICIES["llamacpp"](shape, machine, w1, b_small), b_small, False, 1, 32))
     big_dec = max(u.nbytes for u in shape.units if u.kind == "decoder")
     for frac, (b, p) in zip((0.4, 0.55, 0.7, 0.85), ((1, 512), (4, 32), (16, 2048), (1, 2048))):
-        w = Workload(batch=b, prompt_tokens=p, new_tokens=4)  # budgets from 'barely streams' to 'nearly fits'
+        w = Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens)  # budgets: 'barely streams' to 'nearly fits'
         vram = max(min_vram_bytes(shape, w) + 2 * big_dec, int(frac * total))
         bud = budgets_of(vram=vram)
         rep = plan_with_report(shape, machine, w, bud, confirm=False, allow_cpu=False)
@@ -83,7 +83,10 @@ def cases(shape, machine, budgets_of, codec):
 
 
 def hf_check(ckpt: Path, engine_run, w) -> dict:
-    """Hugging Face transformers' greedy generation on the same checkpoint and prompt against the engine's."""
+    """Hugging Face transformers on the same checkpoint and prompt against the engine: its greedy generation (tokens)
+    and, teacher-forced on the engine's tokens, its logits at every step (so one near-tie flipped by bf16 rounding
+    does not hide how close the rest is). Random weights give nearly flat logits: the engine's top-2 margin at the
+    first differing token says whether a difference is such a tie."""
     from transformers import AutoModelForCausalLM
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).to(dev)
@@ -92,9 +95,20 @@ def hf_check(ckpt: Path, engine_run, w) -> dict:
     out = model.generate(prompt, max_new_tokens=w.new_tokens, min_new_tokens=w.new_tokens, do_sample=False,
                          output_logits=True, return_dict_in_generate=True)
     toks = out.sequences[:, w.prompt_tokens:].cpu()
-    diff = max(float((a.float().cpu() - b).abs().max()) for a, b in zip(out.logits, engine_run.logits))
+    forced = torch.cat([prompt, engine_run.tokens[:, :-1].to(dev)], dim=1)
+    with torch.no_grad():
+        tf = model(forced).logits[:, w.prompt_tokens - 1:].float().cpu()  # [batch, new_tokens, vocab]
+    eng = torch.stack(engine_run.logits, dim=1)
+    per_step = [float((tf[:, s] - eng[:, s]).abs().max()) for s in range(eng.shape[1])]
+    same = toks == engine_run.tokens
+    margin = None
+    if not bool(same.all()):
+        b, s = [int(v) for v in (~same).nonzero()[0]]
+        top = eng[b, s].topk(2).values
+        margin = float(top[0] - top[1])
     del model
-    return {"tokens_identical": bool(torch.equal(toks, engine_run.tokens)), "max_abs_logit_diff": diff}
+    return {"tokens_identical": bool(same.all()), "teacher_forced_max_abs_logit_diff": max(per_step),
+            "teacher_forced_per_step": per_step, "engine_top2_margin_at_first_difference": margin}
 
 
 TINY = dict(num_hidden_layers=4, hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
@@ -156,7 +170,7 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
     again = resident.run(Workload(batch=4, prompt_tokens=512, new_tokens=new_tokens))
     entry["resident_repeat"] = exactness(reference(4, 512), again)
     log(arch, "transformers", entry["transformers"], "repeat", entry["resident_repeat"])
-    todo = cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec)[:limit]
+    todo = cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec, new_tokens)[:limit]
     todo += [(f"{c[0]} (repeat)",) + c[1:] for c in todo if not c[3]][:repeats]  # fresh engines: the spread
     for label, plan, budgets, cold, b, p in todo:
         if time.perf_counter() > deadline:

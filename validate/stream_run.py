@@ -68,7 +68,8 @@ class StreamRun:
         self.errors: list[BaseException] = []
         self.sync_each = (p.prefetch_depth == 0 or not p.overlap_copy) and any(x == GPU_LOAD for x in self.load)
         self.pool = ThreadPoolExecutor(e.unpack_threads)
-        self.logits: list[torch.Tensor] = []
+        # logits leave the device asynchronously into pinned memory: no host wait inside the timed run
+        self.logits_host = torch.empty((w.new_tokens, w.batch, e.shape.vocab), dtype=torch.float32, pin_memory=e.cuda)
         self.tokens: list[torch.Tensor] = []
 
     # -- the stage threads --------------------------------------------------------------------------------------
@@ -235,7 +236,7 @@ class StreamRun:
         else:
             self.unit_step(kind, name, weights, dev, st)
         if kind == "lm_head":
-            self.logits.append(st.logits.to("cpu"))
+            self.logits_host[s].copy_(st.logits, non_blocking=True)
             self.tokens.append(st.tok.clone())
 
     def capture(self) -> None:
@@ -338,7 +339,8 @@ class StreamRun:
         ends = [comp[s] for s in sorted(comp)]
         ttft = ends[0]
         tpot = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else ttft
-        return RunResult(torch.stack([t.cpu() for t in self.tokens], dim=1), self.logits, events, ttft, tpot, ends[-1])
+        logits = [t.clone() for t in self.logits_host]  # the device was synchronised above
+        return RunResult(torch.stack([t.cpu() for t in self.tokens], dim=1), logits, events, ttft, tpot, ends[-1])
 
 
 class StepState:
