@@ -77,12 +77,13 @@ def by_class(rows: list[dict]) -> dict:
     return {k: {"time_per_token": stats(v, "tpot"), "ttft": stats(v, "ttft")} for k, v in groups.items()}
 
 
-def summarize(files: list[str]) -> dict:
+def summarize(files: list[str], skip: frozenset = frozenset()) -> dict:
+    """`skip`: 'FILE:ARCH' entries left out (an architecture measured again in a later call)."""
     rows, archs = [], []
     for f in files:
         data = json.loads(Path(f).read_text())
         for entry in data["archs"]:
-            if "error" in entry:
+            if "error" in entry or f"{Path(f).name}:{entry['arch']}" in skip:
                 continue
             archs.append({"file": Path(f).name, "arch": entry["arch"], "transformers": entry.get("transformers"),
                           "resident_repeat": entry.get("resident_repeat"), "calibrate_s": entry.get("calibrate_s")})
@@ -122,8 +123,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--skip", default="", help="FILE:ARCH,... left out of the figures")
     a = ap.parse_args()
-    s = summarize(a.files)
+    s = summarize(a.files, frozenset(x for x in a.skip.split(",") if x))
     if a.json:
         Path(a.json).write_text(json.dumps(s, indent=1, default=float))
     print(json.dumps({k: v for k, v in s.items() if k not in ("rows", "archs", "spread", "by_class")}, indent=1))

@@ -135,9 +135,13 @@ class Timeline:
                     self.record(i, "wait", f"{dev}_wait", t0)
             with (self.cpu if s.on_cpu[i] else self.gpu).request() as req:
                 yield req
-                t0 = self.env.now
                 self.c_start[i].succeed()
-                yield self.env.timeout(s.compute_s[i] + s.overhead_s[i])
+                if s.overhead_s[i] > 0:  # the engine's host cost before the unit's kernels start: the compute lane
+                    t0 = self.env.now  # idles, recorded as the engine records it (a wait before a loaded compute)
+                    yield self.env.timeout(s.overhead_s[i])
+                    self.record(i, "wait", f"{dev}_wait", t0)
+                t0 = self.env.now
+                yield self.env.timeout(s.compute_s[i])
                 self.record(i, "compute", dev, t0)
             if s.load[i] == GPU_LOAD:
                 yield self.vram_slots.put(1)
