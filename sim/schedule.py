@@ -5,6 +5,7 @@ precomputed here; only page-cache hits depend on the order of reads, which both 
 """
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -98,12 +99,13 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload)
 
     rows = {False: [row(i, False) for i in range(len(units))]}
+    shape_of = functools.partial(_step_shape, w, peer is None)
     if not model.is_moe:  # dense: every step runs every unit in order, so a step's columns are the unit rows
-        _dense_steps(sch, rows, row, compute_time, len(units), w, plan, machine.cpu.copy_contention)
+        _dense_steps(sch, rows, row, compute_time, len(units), w, plan, machine.cpu.copy_contention, shape_of)
         if w.warm:
             sch.warm_keys = _warm_contents(sch.finalize())
         return sch.finalize()
-    _moe_steps(sch, rows, row, compute_time, model, plan, w, machine.cpu.copy_contention)
+    _moe_steps(sch, rows, row, compute_time, model, plan, w, machine.cpu.copy_contention, shape_of)
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
@@ -136,8 +138,16 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
 
+def _step_shape(w: Workload, static_cache: bool, s: int) -> tuple[int, int]:
+    """(new tokens, context) of step s. offloadsim's engine attends over its whole static cache (prompt + new tokens,
+    masked) at every decode step, so one captured graph serves them all; the peers over what is written so far."""
+    if s == 0:
+        return w.prompt_tokens, 0
+    return 1, w.prompt_tokens + (w.new_tokens - 1 if static_cache else s - 1)
+
+
 def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, plan: Plan, w: Workload,
-               factor: float) -> None:
+               factor: float, shape_of) -> None:
     """The items of an MoE request: per step, each block's attention then the experts its router picked, a
     streamed expert's load gated by its router (or the previous block's, when the predictor guesses it)."""
     units, t = model.units, plan.tiers()
@@ -158,7 +168,7 @@ def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, 
         sch.gate.append(gate)
 
     for s in range(w.new_tokens):
-        new, ctx = (w.prompt_tokens, 0) if s == 0 else (1, w.prompt_tokens + s - 1)
+        new, ctx = shape_of(s)
         tokens = w.batch * new
         offload = bool(plan.gpu_offload_min_tokens and tokens >= plan.gpu_offload_min_tokens)
         if offload not in rows:
@@ -205,12 +215,12 @@ ROW_NAMES = ("on_cpu", "load", "read_bytes", "unpack_s", "copy_s", "copy_bytes",
 
 
 def _dense_steps(sch: Schedule, rows: dict, row, compute_time, n_units: int, w: Workload, plan: Plan,
-                 factor: float) -> None:
+                 factor: float, shape_of) -> None:
     """The columns of a dense model's request, a step (every unit, in order, no router gates) at a time."""
     cols: dict[str, list] = {name: [] for name in ROW_NAMES + ("compute_s",)}
     arrays: dict[bool, list[np.ndarray]] = {}
     for s in range(w.new_tokens):
-        new, ctx = (w.prompt_tokens, 0) if s == 0 else (1, w.prompt_tokens + s - 1)
+        new, ctx = shape_of(s)
         offload = bool(plan.gpu_offload_min_tokens and w.batch * new >= plan.gpu_offload_min_tokens)
         if offload not in rows:
             rows[offload] = [row(i, offload) for i in range(n_units)]

@@ -239,11 +239,33 @@ class StreamRun:
             self.logits_host[s].copy_(st.logits, non_blocking=True)
             self.tokens.append(st.tok.clone())
 
+    def prepare(self) -> None:
+        """Before the clock: the graphs, then one decode step of every unit that runs eagerly from weights already
+        in place (the CPU's thread pool and kernels start there, as a warm process has them: measured on the H200,
+        the first CPU step of a run took 25-75 ms more than the next). The caches are zeroed after."""
+        e = self.e
+        self.capture()
+        last = self.w.prompt_tokens + self.w.new_tokens - 1  # a position no step writes: masked until zeroed
+        self.start = last
+        self.dec.pos.fill_(last)
+        self.dec.pos_cpu.fill_(last)
+        for u in e.shape.units:
+            weights = e.resident.get(u.name, e.host_views.get(u.name))
+            if weights is not None and not any(k[0] == u.name for k in self.graphs):
+                dev = torch.device("cpu") if e.tiers[u.name].compute == "cpu" else e.device
+                self.unit_step(u.kind, u.name, weights, dev, self.dec)
+        for c in self.caches.values():
+            c.k.zero_()
+            c.v.zero_()
+        self.start = 0
+        if e.cuda:
+            torch.cuda.synchronize()
+
     def capture(self) -> None:
         """CUDA graphs of every GPU-placed unit for the prefill and the decode step, one per weight source (its
         resident weights, or each VRAM slot a streamed unit may land in): each unit is then one launch, so its time
         is the GPU's, not the interpreter's (a decoder is ~40 kernels: ~1.5 ms of dispatch against ~0.1 ms of GPU
-        work at batch 1). Captured before the clock starts; the caches are zeroed after (warm-ups wrote them)."""
+        work at batch 1)."""
         e = self.e
         if not (e.cuda and e.graphs):
             return
@@ -271,10 +293,6 @@ class StreamRun:
                     with torch.cuda.graph(g, pool=pool):
                         fn()
                     self.graphs[(u.name, decode, src)] = g
-        for c in self.caches.values():
-            c.k.zero_()
-            c.v.zero_()
-        torch.cuda.synchronize()
 
     def compute(self, i: int) -> None:
         e, clock, load = self.e, self.clock, self.load
@@ -309,7 +327,7 @@ class StreamRun:
     def execute(self):
         from validate.engine import RunResult
         with torch.inference_mode():
-            self.capture()
+            self.prepare()
         self.clock = Clock(self.e.cuda)
         threads = [threading.Thread(target=self.guarded(f), daemon=True) for f in (self.reader, self.unpacker, self.copier)]
         for t in threads:
