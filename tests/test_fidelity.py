@@ -146,3 +146,38 @@ def test_compute_times_are_not_shared_between_units_that_differ_in_kv_or_hidden(
     sch = build_schedule(m, toy_machine, toy_plan(m, "vram"), ONE, BIG)
     # a: 4 weight bytes -> 0.4 s; b: 4 + KV 2 x 1 token + activations 4 x 1 token x hidden 1 = 10 bytes -> 1.0 s
     assert list(sch.compute_s) == pytest.approx([0.4, 1.0])
+
+
+def test_graph_grids_price_offloadsims_engine_and_eager_grids_the_peers(toy_machine):
+    u0 = toy_model().units[0]
+    graph = grid_for(u0, dispatch="graph")                                      # decode at batch 1, context 10: 0.1
+    eager = grid_for(u0, dispatch="eager", decode_s=((1.0, 3.0), (2.0, 6.0)))    # the same point launched eagerly: 1.0
+    both = toy_machine.model_copy(update={"compute_grids": (eager, graph)})
+    assert gpu_compute_s(u0, both, 1, 1, 10, "toy") == pytest.approx(0.1)
+    assert gpu_compute_s(u0, both, 1, 1, 10, "toy", dispatch="eager") == pytest.approx(1.0)
+    only_eager = toy_machine.model_copy(update={"compute_grids": (eager,)})
+    assert gpu_compute_s(u0, only_eager, 1, 1, 10, "toy") == pytest.approx(1.0)  # no graph grid: the eager one
+
+
+def test_offloadsims_decode_attends_over_its_whole_static_cache(toy_machine):
+    m = toy_model()
+    machine = toy_machine.model_copy(update={"compute_grids": tuple(grid_for(u, dispatch="graph") for u in m.units)})
+    w = Workload(batch=1, prompt_tokens=10, new_tokens=11)
+    sch = build_schedule(m, machine, toy_plan(m, "vram"), w, BIG)
+    decode = [c for c, s, u in zip(sch.compute_s, sch.step, sch.unit) if s > 0 and u == 0]
+    # every decode step attends over the cache of 10 + 11 - 1 = 20 positions: halfway from 0.1 (10) to 0.3 (30)
+    assert decode == pytest.approx([0.2] * 10)
+    peer = build_schedule(m, machine, toy_plan(m, "vram", engine="accelerate"), w, BIG)
+    growing = [c for c, s, u in zip(peer.compute_s, peer.step, peer.unit) if s > 0 and u == 0]
+    assert growing == pytest.approx([0.1 + 0.01 * k for k in range(10)])   # context 10, 11, ... 19 (a peer's cache)
+
+
+def test_engine_overhead_idles_the_compute_lane_before_the_kernels(toy_machine):
+    m = toy_model()                                                    # units of 4, 8, 2 bytes; compute = bytes / 10
+    engine = toy_machine.engine.model_copy(update={"stream_overhead_s": {"ram_pinned": 0.5}, "stream_startup_s": 0.0})
+    machine = toy_machine.model_copy(update={"engine": engine})
+    res = simulate(m, machine, toy_plan(m, ["vram", "ram_pinned", "vram"]), ONE, BIG)
+    comp = next(e for e in res.events if e.stage == "compute" and e.unit == "l1")
+    assert comp.duration_s == pytest.approx(0.8)                       # the kernels alone, as the engine times them
+    idle = [e for e in res.events if e.stage == "wait" and e.unit == "l1"]
+    assert idle[-1].end_s == pytest.approx(comp.start_s) and idle[-1].duration_s == pytest.approx(0.5)

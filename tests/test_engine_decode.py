@@ -1,0 +1,31 @@
+"""The engine's static decode form (what its CUDA graphs capture) against the dynamic one, on the CPU."""
+import torch
+
+from validate import model as M
+
+
+def test_static_decode_matches_attention_over_the_written_prefix():
+    torch.manual_seed(0)
+    arch = M.Arch(hidden=64, heads=4, kv_heads=2, head_dim=16, eps=1e-6, theta=10000.0, qk_norm=True)
+    shapes = {"input_layernorm.weight": (64,), "post_attention_layernorm.weight": (64,),
+              "self_attn.q_proj.weight": (64, 64), "self_attn.k_proj.weight": (32, 64),
+              "self_attn.v_proj.weight": (32, 64), "self_attn.o_proj.weight": (64, 64),
+              "self_attn.q_norm.weight": (16,), "self_attn.k_norm.weight": (16,),
+              "mlp.gate_proj.weight": (128, 64), "mlp.up_proj.weight": (128, 64), "mlp.down_proj.weight": (64, 128)}
+    w = {k: (torch.randn(s) * 0.1 + (1.0 if len(s) == 1 else 0.0)).float() for k, s in shapes.items()}
+    prompt, new, batch = 5, 4, 2
+    dyn = M.KVCache(arch, batch, prompt + new, "cpu", torch.float32)
+    sta = M.KVCache(arch, batch, prompt + new, "cpu", torch.float32)
+    x = torch.randn(batch, prompt, 64)
+    cos, sin = M.rope(torch.arange(prompt), arch, torch.float32)
+    M.decoder_layer(x, w, arch, dyn, 0, cos, sin)
+    M.decoder_layer(x, w, arch, sta, 0, cos, sin)
+    for step in range(new - 1):
+        start = prompt + step
+        tok = torch.randn(batch, 1, 64)
+        cos, sin = M.rope(torch.tensor([start]), arch, torch.float32)
+        a = M.decoder_layer(tok, w, arch, dyn, start, cos, sin)                         # attends over start + 1 keys
+        b = M.decoder_layer(tok, w, arch, sta, start, cos, sin, torch.tensor([start]))  # the whole cache, masked
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    assert torch.equal(dyn.k, sta.k) and torch.equal(dyn.v, sta.v)                      # the same positions written
+    assert not sta.k[:, :, prompt + new - 1].any()                                      # the last one never
