@@ -115,27 +115,20 @@ TINY = dict(num_hidden_layers=4, hidden_size=256, intermediate_size=512, num_att
             head_dim=64, vocab_size=1024)
 
 
-def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tokens: int, tiny: bool,
-             limit: int | None, repeats: int = 0) -> None:
-    from hwmodels.presets import load_machine
-    from sim.equations import machine_codec
+def prepare_arch(arch: str, work: Path, tiny: bool) -> tuple:
+    """What a user does before validating: a random-weight checkpoint of the architecture, its layer store (raw and
+    compressed) and a calibration. Returns (checkpoint, store, shape, config, profile path, the entry to record)."""
     from sim.models import load_model
-    from sim.plan import Budgets, Workload
-    from sim.policies import POLICIES
     from validate.calibrate import calibrate
     from validate.checkpoint import make_checkpoint, make_config
-    from validate.engine import Engine
-    from validate.report import exactness, validate_plan
     from validate.store import build_store
-
     preset, over = ARCHS[arch]
     cfg = make_config(preset, **(TINY if tiny else over))
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
     cfg.pop("rope_scaling", None)
     ckpt, store = work / arch / "ckpt", work / arch / "store"
     shutil.rmtree(work / arch, ignore_errors=True)  # a folder left by an earlier call on a warm machine
     t = time.perf_counter()
-    make_checkpoint(cfg, ckpt, device=dev)
+    make_checkpoint(cfg, ckpt, device="cuda" if torch.cuda.is_available() else "cpu")
     shape = load_model(str(ckpt))
     config = json.loads((ckpt / "config.json").read_text())
     build_store(ckpt, shape, store, compress=True, threads=16)
@@ -149,11 +142,53 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
                                                                   "head_dim", "vocab_size", "num_hidden_layers")},
              "calibrate_s": time.perf_counter() - t, "profile": prof, "runs": [],
              "shape": json.loads(shape.model_dump_json())}
+    log(arch, "calibrated", f"{entry['calibrate_s']:.0f}s")
+    return ckpt, store, shape, config, prof_path, entry
+
+
+def run_case(entry: dict, case: tuple, ref, store: Path, config: dict, shape, machine, new_tokens: int) -> None:
+    """One plan on a fresh engine, predicted and measured; the row (or the error) is appended to the entry."""
+    from sim.plan import Workload
+    from validate.engine import Engine
+    from validate.report import validate_plan
+    label, plan, budgets, cold, b, p = case
+    t = time.perf_counter()
+    w = Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens)
+    try:
+        engine = Engine(store, config, shape, plan, machine, cold=cold)
+        rep, run, _ = validate_plan(engine, shape, machine, plan, w, budgets, cold, ref(b, p))
+        rep.update(label=label, batch=b, prompt=p, gpu_only=all(x.compute == "gpu" for x in plan.placements),
+                   tiers=sorted({x.tier for x in plan.placements}), seconds=time.perf_counter() - t,
+                   plan=json.loads(plan.model_dump_json()), workload=json.loads(w.model_dump_json()),
+                   budgets=json.loads(budgets.model_dump_json()),
+                   measured_events=[[e.token, e.unit, e.stage, e.start_s, e.end_s] for e in run.events
+                                    if e.stage in ("compute", "copy", "read", "unpack")])
+        entry["runs"].append(rep)
+        log(f"{entry['arch']} {label} b{b} p{p}: tpot {rep['predicted']['time_per_token_s']:.4f}/"
+            f"{rep['measured']['time_per_token_s']:.4f} ({rep['error_pct']['time_per_token']:+.1f}%) ttft "
+            f"{rep['error_pct']['ttft']:+.1f}% load {rep['load']['error_pct']:+.1f}% exact "
+            f"{rep['exactness']['logits_bit_identical']} [{time.perf_counter() - t:.0f}s]")
+    except Exception as exc:
+        entry["runs"].append({"label": label, "error": f"{type(exc).__name__}: {exc}",
+                              "trace": traceback.format_exc()[-1500:]})
+        log(entry["arch"], label, "FAILED", exc)
+
+
+def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tokens: int, tiny: bool,
+             limit: int | None, repeats: int = 0) -> None:
+    """Prepare one architecture, check the resident engine against transformers and itself, then run its plans
+    (the first `limit`, then `repeats` of them again in fresh engines) until the deadline."""
+    from hwmodels.presets import load_machine
+    from sim.equations import machine_codec
+    from sim.plan import Budgets, Workload
+    from sim.policies import POLICIES
+    from validate.engine import Engine
+    from validate.report import exactness
+    ckpt, store, shape, config, prof_path, entry = prepare_arch(arch, work, tiny)
     result["archs"].append(entry)
     save()
-    log(arch, "calibrated", f"{entry['calibrate_s']:.0f}s")
     machine = load_machine(str(prof_path))
-    codec = machine_codec(machine, ratio=prof["calibration"]["measurements"]["codec"]["ratio"])
+    codec = machine_codec(machine, ratio=entry["profile"]["calibration"]["measurements"]["codec"]["ratio"])
     resident = Engine(store, config, shape, POLICIES["resident"](shape, machine, Workload(), Budgets.of(machine)), machine)
     refs: dict = {}
 
@@ -161,10 +196,8 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
         if (b, p) not in refs:
             refs[(b, p)] = resident.run(Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens))
         return refs[(b, p)]
-    reference(1, 32)
-    w = Workload(batch=1, prompt_tokens=32, new_tokens=new_tokens)
     try:
-        entry["transformers"] = hf_check(ckpt, reference(1, 32), w)
+        entry["transformers"] = hf_check(ckpt, reference(1, 32), Workload(batch=1, prompt_tokens=32, new_tokens=new_tokens))
     except Exception as exc:
         entry["transformers"] = {"error": f"{type(exc).__name__}: {exc}"}
     again = resident.run(Workload(batch=4, prompt_tokens=512, new_tokens=new_tokens))
@@ -172,32 +205,11 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
     log(arch, "transformers", entry["transformers"], "repeat", entry["resident_repeat"])
     todo = cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec, new_tokens)[:limit]
     todo += [(f"{c[0]} (repeat)",) + c[1:] for c in todo if not c[3]][:repeats]  # fresh engines: the spread
-    for label, plan, budgets, cold, b, p in todo:
+    for case in todo:
         if time.perf_counter() > deadline:
-            entry["runs"].append({"label": label, "skipped": "deadline"})
+            entry["runs"].append({"label": case[0], "skipped": "deadline"})
             continue
-        t = time.perf_counter()
-        w = Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens)
-        try:
-            ref = reference(b, p)
-            engine = Engine(store, config, shape, plan, machine, cold=cold)
-            rep, run, _ = validate_plan(engine, shape, machine, plan, w, budgets, cold, ref)
-            rep.update(label=label, batch=b, prompt=p, gpu_only=all(x.compute == "gpu" for x in plan.placements),
-                       tiers=sorted({x.tier for x in plan.placements}), seconds=time.perf_counter() - t,
-                       plan=json.loads(plan.model_dump_json()), workload=json.loads(w.model_dump_json()),
-                       budgets=json.loads(budgets.model_dump_json()),
-                       measured_events=[[e.token, e.unit, e.stage, e.start_s, e.end_s] for e in run.events
-                                        if e.stage in ("compute", "copy", "read", "unpack")])
-            entry["runs"].append(rep)
-            log(f"{arch} {label} b{b} p{p}: tpot {rep['predicted']['time_per_token_s']:.4f}/"
-                f"{rep['measured']['time_per_token_s']:.4f} ({rep['error_pct']['time_per_token']:+.1f}%) ttft "
-                f"{rep['error_pct']['ttft']:+.1f}% load {rep['load']['error_pct']:+.1f}% exact "
-                f"{rep['exactness']['logits_bit_identical']} [{time.perf_counter() - t:.0f}s]")
-            del engine, run
-        except Exception as exc:
-            entry["runs"].append({"label": label, "error": f"{type(exc).__name__}: {exc}",
-                                  "trace": traceback.format_exc()[-1500:]})
-            log(arch, label, "FAILED", exc)
+        run_case(entry, case, reference, store, config, shape, machine, new_tokens)
         torch.cuda.empty_cache()
         save()
     resident = None  # free the resident engine before the next architecture

@@ -65,8 +65,8 @@ def _interpolators(grid: ComputeGrid) -> tuple[RegularGridInterpolator, RegularG
 def grid_time_s(grid: ComputeGrid, batch: int, new_tokens: int, context: int, scale=None) -> float:
     """Seconds for one unit: prefill(batch, new) with an empty cache, decode(batch, context) for one new token;
     a chunk of several new tokens after a context adds the decode's context cost to the prefill of the chunk.
-    Inside the grid: linear interpolation. Outside it the nearest measured point, scaled by `scale(b, s, k)` (the
-    roofline's time) in the ratio of the asked point to that nearest point; below the grid, the nearest point."""
+    Inside the grid: linear interpolation. Above it: the grid's last segment continued along `scale(b, s, k)` (the
+    roofline's time) at the slope measured there; below the grid, the nearest point."""
     pre, dec = _interpolators(grid)
 
     def at(f, cols, b, y):
@@ -86,9 +86,25 @@ def grid_time_s(grid: ComputeGrid, batch: int, new_tokens: int, context: int, sc
             at(dec, grid.decode_context, b, ctx) - at(dec, grid.decode_context, b, grid.decode_context[0]), 0.0)
     cb, cn, cc = clamp(batch, new_tokens, context)
     t = inside(cb, cn, cc)
-    if scale is not None and (batch > cb or new_tokens > cn or context > cc):
-        t *= scale(batch, new_tokens, context) / scale(cb, cn, cc)
-    return t
+    if scale is None or not (batch > cb or new_tokens > cn or context > cc):
+        return t
+    # beyond the grid: continue its last segment along the roofline. k = measured seconds per roofline second
+    # between the edge and the point one step inside, so an overhead-bound table stays flat and a compute-bound one
+    # grows at its measured efficiency. k lies in [0, t / roofline at the edge] (a measured time is a non-negative
+    # fixed part plus k x roofline); where the segment barely moves the roofline (< 10%) or there is no segment,
+    # k is that upper end: the ratio to the roofline.
+    pb = _inner(grid.batch, cb) if batch > cb else cb
+    pn = _inner(grid.prefill_tokens, cn) if new_tokens > cn else cn
+    pc = _inner(grid.decode_context, cc) if context > cc else cc
+    edge, ask, prev = scale(cb, cn, cc), scale(batch, new_tokens, context), scale(pb, pn, pc)
+    ratio = t / edge
+    k = (t - inside(pb, pn, pc)) / (edge - prev) if edge - prev > 0.1 * edge else ratio
+    return t + min(max(k, 0.0), ratio) * (ask - edge)
+
+
+def _inner(axis: tuple[int, ...], edge: int) -> int:
+    """The measured point one step inside the grid from its last point `edge` (the edge itself when alone)."""
+    return axis[-2] if len(axis) > 1 and edge == axis[-1] else edge
 
 
 def _roofline(unit: UnitShape, flops_per_s: float, bytes_per_s: float, overhead_s: float):

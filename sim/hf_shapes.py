@@ -89,34 +89,23 @@ SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab
 MAX_UNITS = 50_000
 
 
-def shape_from_transformers(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
-    """The ModelShape of `cfg` read from transformers' model (see the module doc). The sizes must be in the config
-    (under transformers' names or their aliases, e.g. GPT-2's n_layer): transformers' defaults are not a model."""
+def _check_sized(cfg: dict, conf, source: str) -> None:
+    """The sizes must be in the config itself (transformers' defaults are not a model), within the unit limit."""
     t = cfg["model_type"]
-
-    def sized(conf) -> None:
-        aliases = dict(getattr(conf, "attribute_map", {}))  # transformers name -> this family's alias
-        for f in SIZE_FIELDS:
-            if f not in cfg and aliases.get(f) not in cfg:
-                alias = f" (or {aliases[f]!r})" if f in aliases else ""
-                raise InputError(f"{source}: field {f!r}{alias} is missing for model_type {t!r}; add it as in the "
-                                 "model's original config.json.")
-        n_exp = next((int(getattr(conf, k)) for k in EXPERT_COUNT_KEYS if getattr(conf, k, None)), 0)
-        if int(conf.num_hidden_layers) * (n_exp + 2) > MAX_UNITS:
-            raise InputError(f"{source}: field 'num_hidden_layers' is {conf.num_hidden_layers} with {n_exp} experts "
-                             f"each, more than {MAX_UNITS:,} units; check the config.")
-    model = _meta_model(cfg, source, sized)
-    conf = model.config
-    n_layers, h, vocab = int(conf.num_hidden_layers), int(conf.hidden_size), int(conf.vocab_size)
+    aliases = dict(getattr(conf, "attribute_map", {}))  # transformers name -> this family's alias
+    for f in SIZE_FIELDS:
+        if f not in cfg and aliases.get(f) not in cfg:
+            alias = f" (or {aliases[f]!r})" if f in aliases else ""
+            raise InputError(f"{source}: field {f!r}{alias} is missing for model_type {t!r}; add it as in the "
+                             "model's original config.json.")
     n_exp = next((int(getattr(conf, k)) for k in EXPERT_COUNT_KEYS if getattr(conf, k, None)), 0)
-    n_h = int(conf.num_attention_heads)
-    n_kv = int(getattr(conf, "num_key_value_heads", None) or n_h)
-    d = int(getattr(conf, "head_dim", None) or h // n_h)
-    attn_flops, kv_bytes = 4 * n_h * d, 2 * n_kv * d * 2  # 16-bit KV cache, as the tables
-    tensors = _tensors(model)
-    prefix = _layers_prefix(model, n_layers)
-    embed = next(n for n, m in model.named_modules() if m is model.get_input_embeddings())
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    if int(conf.num_hidden_layers) * (n_exp + 2) > MAX_UNITS:
+        raise InputError(f"{source}: field 'num_hidden_layers' is {conf.num_hidden_layers} with {n_exp} experts "
+                         f"each, more than {MAX_UNITS:,} units; check the config.")
+
+
+def _group(tensors: dict, prefix: str, embed: str) -> tuple[dict[int, dict[str, tuple]], dict, dict]:
+    """Tensor shapes by decoder block (names relative to the block), the embeddings', and the rest (the head's)."""
     layer_re = re.compile(rf"^{re.escape(prefix)}\.(\d+)\.(.*)$")
     blocks: dict[int, dict[str, tuple]] = defaultdict(dict)
     emb: dict[str, tuple] = {}
@@ -129,6 +118,25 @@ def shape_from_transformers(cfg: dict, fmt: WeightFormat, source: str) -> ModelS
             emb[name] = shape
         else:
             head[name] = shape
+    return blocks, emb, head
+
+
+def shape_from_transformers(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
+    """The ModelShape of `cfg` read from transformers' model (see the module doc). The sizes must be in the config
+    (under transformers' names or their aliases, e.g. GPT-2's n_layer): transformers' defaults are not a model."""
+    t = cfg["model_type"]
+    model = _meta_model(cfg, source, lambda conf: _check_sized(cfg, conf, source))
+    conf = model.config
+    n_layers, h, vocab = int(conf.num_hidden_layers), int(conf.hidden_size), int(conf.vocab_size)
+    n_exp = next((int(getattr(conf, k)) for k in EXPERT_COUNT_KEYS if getattr(conf, k, None)), 0)
+    n_h = int(conf.num_attention_heads)
+    n_kv = int(getattr(conf, "num_key_value_heads", None) or n_h)
+    d = int(getattr(conf, "head_dim", None) or h // n_h)
+    attn_flops, kv_bytes = 4 * n_h * d, 2 * n_kv * d * 2  # 16-bit KV cache, as the tables
+    prefix = _layers_prefix(model, n_layers)
+    embed = next(n for n, m in model.named_modules() if m is model.get_input_embeddings())
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    blocks, emb, head = _group(_tensors(model), prefix, embed)
 
     def split(ts: dict) -> tuple[int, int]:
         mat = sum(_numel(s) for s in ts.values() if len(s) >= 2)

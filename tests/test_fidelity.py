@@ -33,8 +33,15 @@ def test_grid_clamps_below_and_scales_above_by_the_roofline():
     u = toy_model().units[0]
     g = grid_for(u)
     assert grid_time_s(g, 1, 1, 2) == pytest.approx(0.1)            # below the smallest context: nearest point
-    # above the largest prompt: the 20-token point times the ratio of the scale at 40 and 20 tokens
-    assert grid_time_s(g, 1, 40, 0, scale=lambda b, s, k: 0.5 + s) == pytest.approx(2.0 * 40.5 / 20.5)
+    # above the largest prompt: the last segment (10 -> 20 tokens: 1.0 -> 2.0 s, 10 roofline seconds) continued at
+    # 0.1 s per roofline second from 20 to 40 tokens (20 more roofline seconds): 2.0 + 2.0
+    assert grid_time_s(g, 1, 40, 0, scale=lambda b, s, k: s - 5.0) == pytest.approx(4.0)
+    # an overhead-bound table (flat in context) stays flat however the roofline grows
+    flat = grid_for(u, decode_s=((0.3, 0.3), (0.6, 0.6)))
+    assert grid_time_s(flat, 1, 1, 300, scale=lambda b, s, k: 1.0 + k) == pytest.approx(0.3)
+    # one measured batch: the ratio to the roofline (0.3 s at a roofline of 31 -> 62)
+    one = grid_for(u, batch=(1,), prefill_s=((1.0, 2.0),), decode_s=((0.1, 0.3),))
+    assert grid_time_s(one, 2, 1, 30, scale=lambda b, s, k: b * (1.0 + k)) == pytest.approx(0.6)
 
 
 def test_machine_with_a_grid_uses_it_for_matching_units_only(toy_machine):
