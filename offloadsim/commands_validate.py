@@ -170,5 +170,7 @@ def validate_cmd(args: argparse.Namespace) -> int:
             f"{rep['predicted']['ttft_s']:.4f} vs {rep['measured']['ttft_s']:.4f} s\n"
             + "".join(f"  {s:<8} predicted {v['predicted_s']:.4f} s measured {v['measured_s']:.4f} s\n" for s, v in rep["per_stage"].items())
             + (f"tokens identical: {ex.get('tokens_identical')}, logits bit-identical: {ex.get('logits_bit_identical')}\n" if ex else "")
+            + ("note: the CUDA graphs did not fit beside the plan, so the engine launched its kernels eagerly; the "
+               "prediction assumes graphs\n" if engine.cuda and not run.graphs else "")
             + f"report written to {args.out}/report.json (+ Gantt, Chrome traces)")
     return emit(args, rep, text)

@@ -37,6 +37,7 @@ class RunResult:
     ttft_s: float
     time_per_token_s: float
     total_s: float
+    graphs: bool = False          # GPU-placed units ran as captured CUDA graphs (False: eagerly)
 
 
 class Engine:

@@ -244,7 +244,11 @@ class StreamRun:
         in place (the CPU's thread pool and kernels start there, as a warm process has them: measured on the H200,
         the first CPU step of a run took 25-75 ms more than the next). The caches are zeroed after."""
         e = self.e
-        self.capture()
+        try:
+            self.capture()
+        except torch.OutOfMemoryError:  # the graphs' private pool did not fit beside the plan: run eagerly
+            self.graphs.clear()
+            torch.cuda.empty_cache()
         last = self.w.prompt_tokens + self.w.new_tokens - 1  # a position no step writes: masked until zeroed
         self.start = last
         self.dec.pos.fill_(last)
@@ -348,6 +352,7 @@ class StreamRun:
             self.pool.shutdown()
         if self.errors:
             raise self.errors[0]
+        self.graphed = bool(self.graphs)
         self.graphs.clear()
         events = to_events(self.records, self.clock, self.sch, self.names)
         comp: dict[int, float] = {}
@@ -358,7 +363,8 @@ class StreamRun:
         ttft = ends[0]
         tpot = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else ttft
         logits = [t.clone() for t in self.logits_host]  # the device was synchronised above
-        return RunResult(torch.stack([t.cpu() for t in self.tokens], dim=1), logits, events, ttft, tpot, ends[-1])
+        return RunResult(torch.stack([t.cpu() for t in self.tokens], dim=1), logits, events, ttft, tpot, ends[-1],
+                         graphs=self.graphed)
 
 
 class StepState:
