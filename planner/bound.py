@@ -12,7 +12,8 @@ import numpy as np
 
 from planner.evaluator import Evaluator
 from planner.milp import solve
-from planner.options import OPTIONS, RESOURCES, OptionCosts, groups
+from planner.candidates import unit_groups
+from planner.options import OPTIONS, RESOURCES, OptionCosts
 from sim.equations import copy_time_s
 from sim.memory import activation_bytes, kv_cache_bytes
 
@@ -85,7 +86,7 @@ def lower_bound(ev: Evaluator, options: list[tuple[str, str]], time_limit_s: flo
     for mode in modes:
         costs = bound_costs(ev, mode)
         costs.allowed[:, [j for j, o in enumerate(OPTIONS) if o not in options]] = False
-        gs = groups(costs)
+        gs = unit_groups(costs)
         res = solve(costs, gs, free, b.pinned_bytes, b.ram_bytes, free, False, time_limit_s=time_limit_s,
                     integral=len(gs) <= 400, rel_gap=0.01)
         if res.feasible and not res.bound_s >= best:

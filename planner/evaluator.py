@@ -32,7 +32,8 @@ ROW_COLUMNS = [c for c in COLUMNS if c not in ("unit", "step", "compute_s", "gat
 
 
 def _all_on(model: ModelShape, machine: MachineSpec, w: Workload, device: str) -> Schedule:
-    placements = tuple(Placement(unit=u.name, tier="ram_pageable", compute=device) for u in model.units)
+    # model_construct: valid by construction, and validating 15,000 placements costs 0.1 s
+    placements = tuple(Placement.model_construct(unit=u.name, tier="ram_pageable", compute=device) for u in model.units)
     plan = Plan(model=model.name, machine=machine.name, placements=placements, prefetch_depth=0, vram_slots=1)
     return build_schedule(model, machine, plan, w, Budgets.unlimited())
 

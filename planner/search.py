@@ -1,11 +1,15 @@
 """Deterministic local search over assignments, scored by planner.evaluator; exhaustive search when tiny.
 
 The search stops on convergence: a descent ends when no move in the neighbourhood improves the objective, and the
-iterated local search makes a fixed number of seeded kicks. Nothing reads a clock except the safety net, which is
-reported when it fires. Evaluations are counted; `max_evals` is a second, deterministic safety net.
+iterated local search makes at most a fixed number of seeded kicks; descents after the first begin only while a
+deterministic exploration budget lasts (plans scored x schedule items), so a model of 15,000 units converges in one.
+Nothing reads a clock except the safety net, which is reported when it fires. Evaluations are counted; `max_evals`
+is a second, deterministic safety net.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
 import time
 from dataclasses import dataclass
@@ -18,22 +22,31 @@ from sim.policies import OFFLOAD_MIN_TOKENS
 
 # (prefetch depth, VRAM slots, pinned slots) the planner tries, each without and with the prefill offload of CPU units
 LOADER_SETTINGS = ((1, 2, 2), (2, 3, 3), (3, 4, 3), (0, 1, 1))
+LEAST_MEMORY = (0, 1, 1, None)   # the setting with the least staging: an assignment over budget with it fits none
 EXACT_LIMIT = 30_000      # assignments x loader settings searched exhaustively
 KICKS = 8                 # seeded kicks of the iterated local search, at most
 FUTILE_KICKS = 2          # ... ending after this many in a row that improve nothing
+EXPLORE_ITEMS = 5_000_000  # a descent (from a further start, or after a kick) begins only while the plans scored so
+                           # far times the schedule's items are below this; every descent begun runs to its end
 IMPROVES = 1 - 1e-9       # a move must improve by more than this relative amount
 
 
-def spread(counts: dict[tuple[str, str], int], n: int) -> list[tuple[str, str]]:
-    """Assign options to n positions so each option's positions are evenly spread (largest-deficit rule)."""
-    opts = [o for o, c in counts.items() if c > 0]
-    given = {o: 0 for o in opts}
+@functools.lru_cache(maxsize=256)
+def _spread(counts: tuple[tuple[tuple[str, str], int], ...], n: int) -> tuple[tuple[str, str], ...]:
+    opts = [(o, c) for o, c in counts if c > 0]
+    given = [0] * len(opts)
     out = []
     for p in range(n):
-        o = max(opts, key=lambda o: (counts[o] * (p + 1) / n - given[o], counts[o]))
-        given[o] += 1
-        out.append(o)
-    return out
+        k = max(range(len(opts)), key=lambda k: (opts[k][1] * (p + 1) / n - given[k], opts[k][1]))
+        given[k] += 1
+        out.append(opts[k][0])
+    return tuple(out)
+
+
+def spread(counts: dict[tuple[str, str], int], n: int) -> list[tuple[str, str]]:
+    """Assign options to n positions so each option's positions are evenly spread (largest-deficit rule). Memoised:
+    the integer program's 24 variants often give a group the same counts (15,000 experts each time)."""
+    return list(_spread(tuple(counts.items()), n))
 
 
 @dataclass
@@ -56,7 +69,12 @@ class Search:
         self.max_evals, self.deadline = max_evals, time.perf_counter() + time_limit_s
         self.stopped = ""
         self.seen: dict[tuple[bytes, Settings], float] = {}   # scores already computed (moves revisit plans)
+        self.fits: dict[bytes, bool] = {}   # assignments that fit the budgets with the least staging
         self.bar = None   # a tqdm bar on stderr (set by the caller), advanced per plan scored
+
+    def explored(self) -> bool:
+        """The exploration budget is spent: no further descent begins (the one running ends at a local optimum)."""
+        return self.ev.evaluations * len(self.ev.unit) >= EXPLORE_ITEMS
 
     def out_of_budget(self) -> bool:
         if self.ev.evaluations >= self.max_evals:
@@ -65,8 +83,13 @@ class Search:
             self.stopped = "time limit (safety net)"
         return bool(self.stopped)
 
-    def score(self, assign: np.ndarray, s: Settings) -> float:
-        key = (assign.tobytes(), s)
+    @staticmethod
+    def key(assign: np.ndarray) -> bytes:
+        """A 128-bit digest of the assignment: memo keys of 16 bytes, not 8 bytes per unit (15,000 units)."""
+        return hashlib.blake2b(assign.tobytes(), digest_size=16).digest()
+
+    def score(self, assign: np.ndarray, s: Settings, akey: bytes | None = None) -> float:
+        key = (akey or self.key(assign), s)
         got = self.seen.get(key)
         if got is None:
             t = self.ev.times(assign, s)
@@ -80,17 +103,28 @@ class Search:
         offloads = (None, OFFLOAD_MIN_TOKENS) if any(OPTIONS[j][1] == "cpu" for j in set(assign.tolist())) else (None,)
         return [(*s, off) for s in LOADER_SETTINGS for off in offloads]
 
+    def fit(self, assign: np.ndarray, akey: bytes) -> bool:
+        """Whether some loader setting fits the budgets: the least staging does (no evaluation needed to know)."""
+        got = self.fits.get(akey)
+        if got is None:
+            got = self.fits[akey] = self.ev.memory(assign, LEAST_MEMORY) is not None
+        return got
+
     def best_settings(self, assign: np.ndarray) -> tuple[Settings | None, float]:
         best, best_t = None, float("inf")
+        akey = self.key(assign)
+        if not self.fit(assign, akey):
+            return best, best_t
         for s in self.settings_for(assign):
-            t = self.score(assign, s)
+            t = self.score(assign, s, akey)
             if t < best_t:
                 best, best_t = s, t
         return best, best_t
 
     def moves(self, assign: np.ndarray) -> list[tuple[np.ndarray, int]]:
         """(units, option): move k of a group's units that share an option to another option, k in {1 (or 1/64 of
-        a large group), a quarter, half, all}, evenly spread; in groups ordered by use also the k most and the k least used."""
+        a large group), a quarter, half, all}, evenly spread; in groups ordered by use also the k most and the k least
+        used."""
         out = []
         for g, ordered in zip(self.groups, self.ordered):
             for a in sorted(set(assign[g].tolist())):
@@ -120,7 +154,10 @@ class Search:
                 pick, b = moves[(pos + r) % len(moves)]
                 trial = assign.copy()
                 trial[pick] = b
-                t2, s2 = self.score(trial, s), s
+                akey = self.key(trial)
+                if not self.fit(trial, akey):
+                    continue
+                t2, s2 = self.score(trial, s, akey), s
                 if t2 == float("inf"):  # over budget with these settings: maybe with fewer staging slots
                     s2, t2 = self.best_settings(trial)
                 if t2 < t * IMPROVES:
@@ -136,7 +173,9 @@ class Search:
     def run(self, starts: list[tuple[np.ndarray, Settings, float]], kicks: int = KICKS, n_starts: int = 3) -> Outcome:
         """Descend from the best `n_starts` distinct starts, then `kicks` seeded kicks of the best (2-4 units to random
         options, and as many times more per 512 units, then descend; ending after FUTILE_KICKS in a row that improve
-        nothing). Returns the best plan seen; converged unless a safety net fired."""
+        nothing). Only the first descent is certain: the others begin while the exploration budget lasts
+        (EXPLORE_ITEMS; deterministic). Returns the best plan seen: a local optimum of the neighbourhood (`moves`)
+        and the loader settings, converged unless a safety net fired."""
         order = sorted(range(len(starts)), key=lambda i: (starts[i][2], i))
         distinct, seen = [], set()
         for i in order:
@@ -145,7 +184,9 @@ class Search:
                 seen.add(key)
                 distinct.append(starts[i])
         best = distinct[0]
-        for a, s, t in distinct[:n_starts]:
+        for k, (a, s, t) in enumerate(distinct[:n_starts]):
+            if k and self.explored():
+                break
             got = self.descend(a, s, t)
             if got[2] < best[2] * IMPROVES:
                 best = got
@@ -153,7 +194,7 @@ class Search:
         n = len(best[0])
         futile = 0
         for _ in range(kicks):
-            if self.stopped or futile >= FUTILE_KICKS:
+            if self.stopped or futile >= FUTILE_KICKS or self.explored():
                 break
             futile += 1
             a = best[0].copy()

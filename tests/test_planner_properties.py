@@ -1,6 +1,7 @@
 """Planner invariants: same inputs give the same plan; the fast evaluator equals fast_simulate; the lower bound is
 below the brute-force optimum; the plan is never worse than a seed or a peer; a larger budget is never slower on
-instances searched exhaustively; budgets above the hardware are refused; HiGHS prints nothing."""
+instances searched exhaustively, nor beyond them when seeded with the smaller budget's plan; budgets above the
+hardware are refused; HiGHS prints nothing."""
 import itertools
 
 import numpy as np
@@ -94,17 +95,43 @@ def test_plan_never_worse_than_any_seed_or_peer(name, machine, vram_gib):
             assert chosen <= v["time_per_token_s"] * (1 + 1e-9)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(1, 30), min_size=1, max_size=3), st.integers(0, 40), st.integers(0, 80),
-       st.sampled_from(["vram", "ram", "pinned"]), st.integers(1, 40))
-def test_larger_budget_never_slower_when_searched_exhaustively(sizes, vram, ram, which, more):
+TIERS = ("vram", "ram_pinned", "ram_pageable", "disk_raw")
+
+
+def budget_pairs(min_units: int, max_units: int) -> tuple:
+    """Strategies for `budget_pair`: unit sizes, VRAM and RAM above the least, the axis to enlarge and by how much."""
+    return (st.lists(st.integers(1, 30), min_size=min_units, max_size=max_units), st.integers(0, 40),
+            st.integers(0, 80), st.sampled_from(["vram", "ram", "pinned"]), st.integers(1, 40))
+
+
+def budget_pair(sizes, vram, ram, which, more) -> tuple:
+    """A toy model, a 3-token workload, a budget and the same budget larger on one axis."""
     model, w = toy_model(tuple(sizes)), Workload(prompt_tokens=2, new_tokens=3)
     small = Budgets(vram_bytes=max(sizes) + vram, ram_bytes=ram + 40, pinned_bytes=ram // 2)
-    big = small.model_copy(update={f"{which}_bytes": getattr(small, f"{which}_bytes") + more})
-    a = plan_with_report(model, TOY, w, small, tiers=("vram", "ram_pinned", "ram_pageable", "disk_raw"))
-    b = plan_with_report(model, TOY, w, big, tiers=("vram", "ram_pinned", "ram_pageable", "disk_raw"))
+    return model, w, small, small.model_copy(update={f"{which}_bytes": getattr(small, f"{which}_bytes") + more})
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(*budget_pairs(1, 3))
+def test_larger_budget_never_slower_when_searched_exhaustively(sizes, vram, ram, which, more):
+    model, w, small, big = budget_pair(sizes, vram, ram, which, more)
+    a = plan_with_report(model, TOY, w, small, tiers=TIERS)
+    b = plan_with_report(model, TOY, w, big, tiers=TIERS)
     if a.plan.feasible:
         assert b.plan.feasible
+        assert b.summary["time_per_token_s"] <= a.summary["time_per_token_s"] * (1 + 1e-9)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(*budget_pairs(9, 10))
+def test_a_plan_seeded_with_the_smaller_budgets_plan_is_never_slower(sizes, vram, ram, which, more):
+    """Beyond the exhaustive sizes (6 options ^ 9 units x 8 settings > 30,000): the construction that makes `pareto`
+    sweeps monotone."""
+    model, w, small, big = budget_pair(sizes, vram, ram, which, more)
+    a = plan_with_report(model, TOY, w, small, tiers=TIERS)
+    if a.plan.feasible:
+        b = plan_with_report(model, TOY, w, big, tiers=TIERS, seeds={"smaller": a.plan})
+        assert b.plan.feasible and b.converged
         assert b.summary["time_per_token_s"] <= a.summary["time_per_token_s"] * (1 + 1e-9)
 
 
