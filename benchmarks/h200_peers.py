@@ -31,6 +31,7 @@ import torch
 from benchmarks.h200_matrix import ARCHS, TINY, log
 
 GiB = 2**30
+RAM = 100 * GiB  # the CPU budget of every Accelerate map without a RAM limit
 
 
 class Stamps:
@@ -136,13 +137,13 @@ def exported_plan(shape, machine, w, vram: int, ram: int) -> dict:
             "export": exp}
 
 
-def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, deadline: float) -> None:
+def prepare(spec: str, work: Path, dev: str) -> tuple:
+    """A random-weight checkpoint of NAME[:LAYERS] and its calibration. Returns (checkpoint, shape, config,
+    machine, the entry to record)."""
     from hwmodels.presets import load_machine
     from sim.models import load_model
-    from sim.plan import Workload
     from validate.calibrate import calibrate
     from validate.checkpoint import make_checkpoint, make_config
-
     arch, layers = (spec.split(":") + [""])[:2]
     preset, over = ARCHS[arch] if arch != "tiny" else ("llama-3.1-8b", TINY)  # tiny: a smoke test on any device
     over = dict(over, **({"num_hidden_layers": int(layers)} if layers else {}))
@@ -158,60 +159,78 @@ def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, 
     prof = calibrate("h200-testbox", base, config, quick=dev != "cuda")
     prof_path = base / "profile.json"
     prof_path.write_text(json.dumps(prof, default=float))
-    machine = load_machine(str(prof_path))
     entry = {"arch": arch, "layers": config["num_hidden_layers"], "calibrate_s": time.perf_counter() - t,
              "profile": prof, "shape": json.loads(shape.model_dump_json()), "accelerate": [], "airllm": []}
-    out["archs"].append(entry)
-    save()
     log(arch, "calibrated", f"{entry['calibrate_s']:.0f}s")
-    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    vocab, total = config["vocab_size"], shape.total_bytes
+    return ckpt, shape, config, load_machine(str(prof_path)), entry
+
+
+def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens: int, dev: str, sync, deadline: float,
+                    save) -> None:
+    """Accelerate's own device map at GPU budgets of 150%, 60% and 30% of the model (and 30% with 20% in RAM, the rest
+    on disk), batch 1 and 4."""
     gpu = 0 if dev == "cuda" else "cpu"
-    ram = 100 * GiB
     runs = [("all GPU", 1.5, None, 1, 128), ("GPU 60%", 0.6, None, 1, 128), ("GPU 60%", 0.6, None, 4, 512),
             ("GPU 30%", 0.3, None, 1, 128), ("GPU 30%", 0.3, None, 4, 128), ("GPU 30%, CPU 20%", 0.3, 0.2, 1, 128)]
     for label, g, c, batch, p in runs:
         if time.perf_counter() > deadline:
             entry["accelerate"].append({"label": label, "skipped": "deadline"})
             continue
-        max_memory = {gpu: int(g * total), "cpu": int(c * total) if c else ram}
+        max_memory = {gpu: int(g * total), "cpu": int(c * total) if c else RAM}
         try:
-            res = accelerate_run(ckpt, base, vocab, "auto", max_memory, batch, p, new_tokens, dev, sync)
+            res = accelerate_run(ckpt, ckpt.parent, vocab, "auto", max_memory, batch, p, new_tokens, dev, sync)
             res.update(label=label, batch=batch, prompt=p, max_memory={str(k): v for k, v in max_memory.items()})
             entry["accelerate"].append(res)
-            log(arch, "accelerate", label, f"b{batch} p{p}", f"ttft {res['ttft_s']:.3f} tpot {res['time_per_token_s']:.4f}",
-                f"load {res['load_s']:.1f}s", sorted(set(res["hf_device_map"].values())))
+            log(entry["arch"], "accelerate", label, f"b{batch} p{p}",
+                f"ttft {res['ttft_s']:.3f} tpot {res['time_per_token_s']:.4f}", f"load {res['load_s']:.1f}s",
+                sorted(set(res["hf_device_map"].values())))
         except Exception as exc:
             entry["accelerate"].append({"label": label, "error": f"{type(exc).__name__}: {exc}",
                                         "trace": traceback.format_exc()[-1500:]})
-            log(arch, "accelerate", label, "FAILED", exc)
+            log(entry["arch"], "accelerate", label, "FAILED", exc)
         save()
-    # the planner's plan for Accelerate at the 30% budget, exported and loaded as exported
+
+
+def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens: int, dev: str, sync) -> None:
+    """The planner's plan for Accelerate at the 30% budget, exported and loaded by transformers as exported."""
+    from sim.plan import Workload
+    w = Workload(batch=1, prompt_tokens=128, new_tokens=new_tokens)
+    try:
+        exp = exported_plan(shape, machine, w, int(0.3 * shape.total_bytes), RAM)
+        dm = {k: (int(v) if isinstance(v, int) or str(v).isdigit() else v) for k, v in exp["export"]["device_map"].items()}
+        mm = {0: exp["export"]["max_memory"][0] if 0 in exp["export"]["max_memory"] else exp["export"]["max_memory"]["0"],
+              "cpu": exp["export"]["max_memory"]["cpu"]}
+        res = accelerate_run(ckpt, ckpt.parent, vocab, dm, mm, 1, 128, new_tokens, dev, sync)
+        res.update(label="exported plan, GPU 30%", batch=1, prompt=128, exported=exp)
+        entry["accelerate"].append(res)
+        log(entry["arch"], "exported plan", f"predicted {exp['predicted_tpot_s']:.4f} measured {res['time_per_token_s']:.4f}")
+    except Exception as exc:
+        entry["accelerate"].append({"label": "exported plan, GPU 30%", "error": f"{type(exc).__name__}: {exc}",
+                                    "trace": traceback.format_exc()[-1500:]})
+        log(entry["arch"], "exported plan FAILED", exc)
+
+
+def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, deadline: float) -> None:
+    """One architecture: calibrate, then Accelerate's own maps, the exported plan, and AirLLM warm, cold and at
+    batch 4, each run recorded as it ends."""
+    ckpt, shape, config, machine, entry = prepare(spec, work, dev)
+    out["archs"].append(entry)
+    save()
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    vocab = config["vocab_size"]
+    accelerate_runs(entry, ckpt, vocab, shape.total_bytes, new_tokens, dev, sync, deadline, save)
     if time.perf_counter() < deadline:
-        w = Workload(batch=1, prompt_tokens=128, new_tokens=new_tokens)
-        try:
-            exp = exported_plan(shape, machine, w, int(0.3 * total), ram)
-            dm = {k: (int(v) if isinstance(v, int) or str(v).isdigit() else v) for k, v in exp["export"]["device_map"].items()}
-            mm = {0: exp["export"]["max_memory"][0] if 0 in exp["export"]["max_memory"] else exp["export"]["max_memory"]["0"],
-                  "cpu": exp["export"]["max_memory"]["cpu"]}
-            res = accelerate_run(ckpt, base, vocab, dm, mm, 1, 128, new_tokens, dev, sync)
-            res.update(label="exported plan, GPU 30%", batch=1, prompt=128, exported=exp)
-            entry["accelerate"].append(res)
-            log(arch, "exported plan", f"predicted {exp['predicted_tpot_s']:.4f} measured {res['time_per_token_s']:.4f}")
-        except Exception as exc:
-            entry["accelerate"].append({"label": "exported plan, GPU 30%", "error": f"{type(exc).__name__}: {exc}",
-                                        "trace": traceback.format_exc()[-1500:]})
-            log(arch, "exported plan FAILED", exc)
+        exported_run(entry, ckpt, shape, machine, vocab, new_tokens, dev, sync)
         save()
     if time.perf_counter() < deadline:
         try:
-            entry["airllm"] = airllm_runs(ckpt, base, vocab, [(1, 128, False), (4, 128, False), (1, 128, True)],
+            entry["airllm"] = airllm_runs(ckpt, ckpt.parent, vocab, [(1, 128, False), (4, 128, False), (1, 128, True)],
                                           new_tokens, dev, sync)
         except Exception as exc:
             entry["airllm"] = [{"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}]
-            log(arch, "airllm FAILED", exc)
+            log(entry["arch"], "airllm FAILED", exc)
         save()
-    shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(ckpt.parent, ignore_errors=True)
 
 
 def main() -> None:
