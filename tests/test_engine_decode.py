@@ -29,3 +29,33 @@ def test_static_decode_matches_attention_over_the_written_prefix():
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     assert torch.equal(dyn.k, sta.k) and torch.equal(dyn.v, sta.v)                      # the same positions written
     assert not sta.k[:, :, prompt + new - 1].any()                                      # the last one never
+
+
+def test_prepare_warms_eager_units_and_leaves_clean_caches():
+    """Before the clock, every unit with weights in place runs one decode step (CPU-placed ones on the CPU); the
+    caches it wrote are zeroed and the step state reset, so the timed run starts from the same state as without it."""
+    from hwmodels.presets import load_machine
+    from sim.families import shape_from_config
+    from sim.plan import Workload
+    from sim.policies import make_plan
+    from validate.checkpoint import make_config
+    from validate.compute_grid import random_blobs
+    from validate.engine import Engine
+    from validate.stream_run import StreamRun
+    cfg = make_config("llama-3.1-8b", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256)
+    cfg.pop("rope_scaling", None)
+    shape = shape_from_config(cfg)
+    machine = load_machine("h200-testbox")
+    names = [u.name for u in shape.units]
+    plan = make_plan(shape, machine, "t", {n: "ram_pageable" for n in names}, {names[1]: "cpu"})
+    engine = Engine(None, cfg, shape, plan, machine, device="cpu", blobs=random_blobs(cfg, shape, "cpu"))
+    run = StreamRun(engine, Workload(batch=2, prompt_tokens=3, new_tokens=3), None)
+    with torch.inference_mode():
+        run.prepare()
+    assert run.start == 0 and not run.graphs                                      # no CUDA: nothing captured
+    assert all(not c.k.any() and not c.v.any() for c in run.caches.values())    # what the warm-up wrote is gone
+    assert run.dec.x.abs().sum() > 0                                              # ... after it ran
+    a = engine.run(Workload(batch=2, prompt_tokens=3, new_tokens=3))
+    b = engine.run(Workload(batch=2, prompt_tokens=3, new_tokens=3))
+    assert all(torch.equal(x, y) for x, y in zip(a.logits, b.logits))
