@@ -43,17 +43,21 @@ def _rand_text(rng: random.Random, n: int = 8) -> str:
     return "".join(rng.choice("abcXYZ019=,.-_/ \t!%") for _ in range(rng.randint(0, n)))
 
 
-def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
-    """n cases: {'category', 'argv', 'files' (name -> bytes, written in the case folder), 'field'}."""
-    c, pl, pr, ck = (str(inp[k]) for k in ("config", "plan", "profile", "ckpt"))
-    plan = json.loads(inp["plan"].read_text())
-    prof = json.loads(inp["profile"].read_text())
-    prof_fields = [(p, f) for p in ("gpu", "link", "storage", "host_memory", "cpu") for f, v in prof["machine"][p].items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    good_st = (inp["ckpt"] / "model.safetensors").read_bytes()
-    gens = []
+class _Generators:
+    """One generator per category of bad input; each returns {'argv', 'files', 'field', ...} for one case. The
+    random draws happen in case order, so a seed gives the same cases."""
 
-    def size(_):
+    def __init__(self, rng: random.Random, inp: dict[str, Path]):
+        self.rng = rng
+        self.c, self.pl, self.pr, self.ck = (str(inp[k]) for k in ("config", "plan", "profile", "ckpt"))
+        self.plan = json.loads(inp["plan"].read_text())
+        self.prof = json.loads(inp["profile"].read_text())
+        self.prof_fields = [(p, f) for p in ("gpu", "link", "storage", "host_memory", "cpu")
+                            for f, v in self.prof["machine"][p].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        self.good_st = (inp["ckpt"] / "model.safetensors").read_bytes()
+
+    def size(self) -> dict:
+        rng, c, ck = self.rng, self.c, self.ck
         cmd, flag = rng.choice([("simulate", "--vram"), ("simulate", "--ram"), ("simulate", "--pinned"),
                                 ("plan", "--vram"), ("plan", "--ram"), ("plan", "--pinned"), ("pareto", "--ram"),
                                 ("pareto", "--vram"), ("info", "--unpack-speed"),
@@ -64,12 +68,14 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
                     "field": flag[2:]}
         return {"argv": [cmd, rng.choice(["qwen3-14b", c]), flag, v], "field": flag[2:]}
 
-    def above_hardware(_):
+    def above_hardware(self) -> dict:
+        rng, = self.rng,
         flag, v = rng.choice([("--vram", "40GiB"), ("--vram", "1TiB"), ("--ram", "200GiB"), ("--ram", "1PiB")])
         return {"argv": [rng.choice(["simulate", "plan"]), "qwen3-14b", "--machine", "rtx3080-laptop", flag, v],
                 "field": flag[2:]}
 
-    def count(_):
+    def count(self) -> dict:
+        rng, ck = self.rng, self.ck
         cmd, flag = rng.choice([("simulate", "--batch"), ("simulate", "--prompt-tokens"), ("simulate", "--new-tokens"),
                                 ("simulate", "--seed"), ("simulate", "--attribution"), ("plan", "--batch"),
                                 ("plan", "--prompt-tokens"), ("plan", "--new-tokens"), ("pareto", "--points"),
@@ -91,12 +97,14 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
                 }.get(cmd, [cmd, "qwen3-14b"])
         return {"argv": argv + [flag, v], "field": flag[2:]}
 
-    def real(_):
+    def real(self) -> dict:
+        rng, = self.rng,
         cmd, flag = rng.choice([("info", "--codec-ratio"), ("simulate", "--expert-skew"), ("plan", "--time-budget"),
                                 ("plan", "--expert-skew")])
         return {"argv": [cmd, "qwen3-14b", flag, rng.choice(REALS)], "field": flag[2:]}
 
-    def vary(_):
+    def vary(self) -> dict:
+        rng, = self.rng,
         v = rng.choice(["storage", "storage=", "storage=,", "=sata", "disk=sata", "storage=sata,sata", "vram=4XB",
                         "link=pcie9", "storage=nope", "ram=-1GiB", "gpu=h100,,", _rand_text(rng)])
         argv = ["whatif", "qwen3-14b", "--vary", v]
@@ -106,7 +114,8 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
                     "storage=" + ",".join(f"s{k}" for k in range(17))]
         return {"argv": argv, "field": "vary"}
 
-    def config_field(_):
+    def config_field(self) -> dict:
+        rng, = self.rng,
         field = rng.choice(["hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
                             "vocab_size", "num_key_value_heads", "head_dim"])
         v = rng.choice(FIELD_VALUES)
@@ -123,7 +132,8 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
                           ["plan", "config.json"]])
         return {"argv": cmd, "files": {"config.json": json.dumps(cfg).encode()}, "field": field}
 
-    def config_file(_):
+    def config_file(self) -> dict:
+        rng, = self.rng,
         kind = rng.choice(["truncated", "deep", "list", "quant", "binary", "type", "huge_layers", "experts"])
         cfg = dict(CONFIG)
         text = {"truncated": json.dumps(cfg)[: rng.randint(0, 40)], "deep": "[" * 100000 + "]" * 100000,
@@ -136,7 +146,8 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
         return {"argv": ["info", "config.json"], "files": {"config.json": text.encode("utf-8", "surrogateescape")},
                 "field": field}
 
-    def plan_field(_):
+    def plan_field(self) -> dict:
+        rng, c, plan = self.rng, self.c, self.plan
         bad = {"version": [2, "1"], "model": [1, None], "placements": [[], "x", [{"unit": "x", "tier": "vram"}]],
                "prefetch_depth": [-1, 65, "x", 1.5], "vram_slots": [0, -1, 65], "pinned_slots": [-1, 10**6],
                "reader_threads": [0, 100], "overlap_copy": ["maybe", [1]], "expert_predictor_hit_rate": [-0.1, 1.5],
@@ -147,11 +158,13 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
         return {"argv": ["simulate", c, "--plan", "plan.json", "--new-tokens", "2"],
                 "files": {"plan.json": json.dumps(p).encode()}, "field": "placements" if p.get("placements") == [] else field}
 
-    def plan_file(_):
+    def plan_file(self) -> dict:
+        rng, c, plan = self.rng, self.c, self.plan
         text = rng.choice(["", "{", "[]", "null", "[" * 60000 + "]" * 60000, json.dumps(plan)[:100]])
         return {"argv": ["simulate", c, "--plan", "plan.json"], "files": {"plan.json": text.encode()}, "field": "plan"}
 
-    def profile_field(_):
+    def profile_field(self) -> dict:
+        rng, prof, prof_fields = self.rng, self.prof, self.prof_fields
         part, field = rng.choice(prof_fields)
         if field.endswith("_s") and not field.endswith("_per_s"):  # latencies: zero and tiny are real values
             v = rng.choice([-1, "x", None, [], 1e30, -1e30])
@@ -162,7 +175,8 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
         return {"argv": [rng.choice(["info", "simulate", "plan"]), "qwen3-14b", "--machine", "p.json"],
                 "files": {"p.json": json.dumps(p).encode()}, "field": field}
 
-    def safetensors(_):
+    def safetensors(self) -> dict:
+        rng, good_st = self.rng, self.good_st
         kind = rng.choice(["zero", "truncate", "huge_header", "bad_json", "lying_shape", "garbage"])
         blob = {"zero": b"", "truncate": good_st[: rng.randint(1, len(good_st) - 1)],
                 "huge_header": rng.choice([10**15, 2**63, 2**64 - 1]).to_bytes(8, "little") + good_st[8:],
@@ -179,13 +193,15 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
         return {"argv": cmd, "files": {"ck/config.json": json.dumps(CONFIG).encode(), "ck/model.safetensors": blob},
                 "field": "checkpoint"}
 
-    def store(_):
+    def store(self) -> dict:
+        rng, ck = self.rng, self.ck
         text = rng.choice(["{", '{"units": 3}', "[]", '{"units": {}}', '{"units": {"x": {"nbytes": -1, "raw": "a"}}}',
                            "[" * 60000 + "]" * 60000])
         return {"argv": ["validate", "--checkpoint", ck, "--plan", "stream", "--store", "st", "--device", "cpu",
                          "--out", "rep"], "files": {"st/store.json": text.encode()}, "field": "store"}
 
-    def paths(_):
+    def paths(self) -> dict:
+        rng, c, pl, ck = self.rng, self.c, self.pl, self.ck
         kind = rng.choice(["trace_plan", "trace_missing", "gantt_dir", "proc", "same", "plan_over_cfg", "plan_missing",
                            "pareto_missing", "whatif_missing", "calibrate_missing", "ckpt_exists", "store_file",
                            "model_fifo", "model_loop", "model_dir_json", "machine_dir", "validate_out_file",
@@ -216,15 +232,18 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
         }[kind]
         return {"argv": spec[0], "field": spec[1], "special": kind}
 
-    def infeasible(_):
+    def infeasible(self) -> dict:
+        rng, c, pl = self.rng, self.c, self.pl
         return {"argv": ["plan", c, "--vram", rng.choice(["1KiB", "100", "0"]), "--out", pl], "field": "budget"}
 
-    def torchless(_):
+    def torchless(self) -> dict:
+        rng, ck = self.rng, self.ck
         argv = rng.choice([["make-checkpoint", "--preset", "qwen3-14b", "--out", "x"], ["calibrate"],
                            ["validate", "--checkpoint", ck, "--plan", "stream"]])
         return {"argv": argv, "field": "torch", "no_torch": True}
 
-    def misc(_):
+    def misc(self) -> dict:
+        rng, = self.rng,
         kind = rng.choice(["hw", "hw_action", "dtype", "policy", "objective", "export", "command", "model", "empty"])
         # a value starting with '-' is an option to argparse, so the random name starts with a letter
         spec = {"hw": (["hw", "show", rng.choice(["nope", "", "h100x", "x" + _rand_text(rng)])], "name"),
@@ -245,13 +264,17 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
             field = "x.json"
         return {"argv": spec[0], "field": field}
 
-    gens = [misc, size, above_hardware, count, real, vary, config_field, config_file, plan_field, plan_file, profile_field,
-            safetensors, store, paths, infeasible, torchless]
+
+def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
+    """n cases: {'category', 'argv', 'files' (name -> bytes, written in the case folder), 'field'}."""
+    g = _Generators(rng, inp)
+    gens = [g.misc, g.size, g.above_hardware, g.count, g.real, g.vary, g.config_field, g.config_file, g.plan_field,
+            g.plan_file, g.profile_field, g.safetensors, g.store, g.paths, g.infeasible, g.torchless]
     cases = []
     for i in range(n):
-        g = gens[i % len(gens)]
-        case = g(i)
-        case["category"] = g.__name__
+        gen = gens[i % len(gens)]
+        case = gen()
+        case["category"] = gen.__name__
         case.setdefault("files", {})
         cases.append(case)
     return cases
