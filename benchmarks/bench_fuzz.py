@@ -69,7 +69,7 @@ class _Generators:
         return {"argv": [cmd, rng.choice(["qwen3-14b", c]), flag, v], "field": flag[2:]}
 
     def above_hardware(self) -> dict:
-        rng, = self.rng,
+        rng = self.rng
         flag, v = rng.choice([("--vram", "40GiB"), ("--vram", "1TiB"), ("--ram", "200GiB"), ("--ram", "1PiB")])
         return {"argv": [rng.choice(["simulate", "plan"]), "qwen3-14b", "--machine", "rtx3080-laptop", flag, v],
                 "field": flag[2:]}
@@ -98,13 +98,13 @@ class _Generators:
         return {"argv": argv + [flag, v], "field": flag[2:]}
 
     def real(self) -> dict:
-        rng, = self.rng,
+        rng = self.rng
         cmd, flag = rng.choice([("info", "--codec-ratio"), ("simulate", "--expert-skew"), ("plan", "--time-budget"),
                                 ("plan", "--expert-skew")])
         return {"argv": [cmd, "qwen3-14b", flag, rng.choice(REALS)], "field": flag[2:]}
 
     def vary(self) -> dict:
-        rng, = self.rng,
+        rng = self.rng
         v = rng.choice(["storage", "storage=", "storage=,", "=sata", "disk=sata", "storage=sata,sata", "vram=4XB",
                         "link=pcie9", "storage=nope", "ram=-1GiB", "gpu=h100,,", _rand_text(rng)])
         argv = ["whatif", "qwen3-14b", "--vary", v]
@@ -115,7 +115,7 @@ class _Generators:
         return {"argv": argv, "field": "vary"}
 
     def config_field(self) -> dict:
-        rng, = self.rng,
+        rng = self.rng
         field = rng.choice(["hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
                             "vocab_size", "num_key_value_heads", "head_dim"])
         v = rng.choice(FIELD_VALUES)
@@ -133,7 +133,7 @@ class _Generators:
         return {"argv": cmd, "files": {"config.json": json.dumps(cfg).encode()}, "field": field}
 
     def config_file(self) -> dict:
-        rng, = self.rng,
+        rng = self.rng
         kind = rng.choice(["truncated", "deep", "list", "quant", "binary", "type", "huge_layers", "experts"])
         cfg = dict(CONFIG)
         text = {"truncated": json.dumps(cfg)[: rng.randint(0, 40)], "deep": "[" * 100000 + "]" * 100000,
@@ -243,7 +243,7 @@ class _Generators:
         return {"argv": argv, "field": "torch", "no_torch": True}
 
     def misc(self) -> dict:
-        rng, = self.rng,
+        rng = self.rng
         kind = rng.choice(["hw", "hw_action", "dtype", "policy", "objective", "export", "command", "model", "empty"])
         # a value starting with '-' is an option to argparse, so the random name starts with a letter
         spec = {"hw": (["hw", "show", rng.choice(["nope", "", "h100x", "x" + _rand_text(rng)])], "name"),
