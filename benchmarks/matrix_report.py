@@ -77,6 +77,28 @@ def by_class(rows: list[dict]) -> dict:
     return {k: {"time_per_token": stats(v, "tpot"), "ttft": stats(v, "ttft")} for k, v in groups.items()}
 
 
+def _spread_pct(xs: list[float]) -> float:
+    """(max - min) / mean of measured times, in percent."""
+    return (max(xs) - min(xs)) / float(np.mean(xs)) * 100
+
+
+def spread_summary(by_key: dict) -> dict:
+    """Run-to-run spread of the measured time per token: the same plan in fresh engines of one call (per call
+    file), and across calls (each call's first run of the plan)."""
+    within, across = [], []
+    for v in by_key.values():
+        per_file: dict[str, list[float]] = defaultdict(list)
+        for r in v:
+            per_file[r["file"]].append(r["tpot_meas_s"])
+        within += [{"label": v[0]["label"].replace(" (repeat)", ""), "arch": v[0]["arch"], "file": f,
+                    "spread_pct": _spread_pct(xs)} for f, xs in per_file.items() if len(xs) > 1]
+        if len(per_file) > 1:
+            across.append(_spread_pct([xs[0] for xs in per_file.values()]))
+    return {"within_call": within,
+            "across_calls": {"pairs": len(across), "median_pct": float(np.median(across)),
+                             "worst_pct": float(np.max(across))} if across else None}
+
+
 def summarize(files: list[str], skip: frozenset = frozenset()) -> dict:
     """`skip`: 'FILE:ARCH' entries left out (an architecture measured again in a later call)."""
     rows, archs = [], []
@@ -97,10 +119,9 @@ def summarize(files: list[str], skip: frozenset = frozenset()) -> dict:
     spread = [{"arch": k[0], "layers": k[1], "label": k[2], "batch": k[3], "prompt": k[4],
                "files": [r["file"] for r in v],
                "tpot_meas_s": [r["tpot_meas_s"] for r in v],
-               "spread_pct": (max(r["tpot_meas_s"] for r in v) - min(r["tpot_meas_s"] for r in v))
-               / float(np.mean([r["tpot_meas_s"] for r in v])) * 100}
+               "spread_pct": _spread_pct([r["tpot_meas_s"] for r in v])}
               for k, v in by_key.items() if len(v) > 1]
-    return {"files": [Path(f).name for f in files], "runs": len(rows),
+    return {"spread_summary": spread_summary(by_key), "files": [Path(f).name for f in files], "runs": len(rows),
             "time_per_token": stats(rows, "tpot"), "ttft": stats(rows, "ttft"), "compute_stage": stats(rows, "compute"),
             "load": stats([r for r in rows if r["cold"]], "load") if any(r["cold"] for r in rows) else None,
             "bit_identical_gpu_plans": f"{sum(r['bit_identical'] for r in gpu)}/{len(gpu)}",
@@ -128,13 +149,13 @@ def main() -> None:
     s = summarize(a.files, frozenset(x for x in a.skip.split(",") if x))
     if a.json:
         Path(a.json).write_text(json.dumps(s, indent=1, default=float))
-    print(json.dumps({k: v for k, v in s.items() if k not in ("rows", "archs", "spread", "by_class")}, indent=1))
+    print(json.dumps({k: v for k, v in s.items() if k not in ("rows", "archs", "spread", "spread_summary", "by_class")}, indent=1))
     print("| class | runs | tpot median | tpot worst | TTFT median | TTFT worst |\n|---|---|---|---|---|---|")
     for k, v in s["by_class"].items():
         t, f = v["time_per_token"], v["ttft"]
         print(f"| {k} | {t['n']} | {t['median_abs_pct']:.1f}% | {t['worst_abs_pct']:.1f}% | {f['median_abs_pct']:.1f}% "
               f"| {f['worst_abs_pct']:.1f}% |")
-    print(json.dumps(s["spread"], indent=1))
+    print(json.dumps(s["spread_summary"], indent=1))
     print(table(s))
 
 

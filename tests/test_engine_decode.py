@@ -48,14 +48,15 @@ def test_prepare_warms_eager_units_and_leaves_clean_caches():
     shape = shape_from_config(cfg)
     machine = load_machine("h200-testbox")
     names = [u.name for u in shape.units]
-    plan = make_plan(shape, machine, "t", {n: "ram_pageable" for n in names}, {names[1]: "cpu"})
+    tiers = {n: "vram" if n == names[0] else "ram_pageable" for n in names}  # a resident embedding, streamed rest
+    plan = make_plan(shape, machine, "t", tiers, {names[1]: "cpu"})
     engine = Engine(None, cfg, shape, plan, machine, device="cpu", blobs=random_blobs(cfg, shape, "cpu"))
     run = StreamRun(engine, Workload(batch=2, prompt_tokens=3, new_tokens=3), None)
     with torch.inference_mode():
         run.prepare()
     assert run.start == 0 and not run.graphs                                      # no CUDA: nothing captured
     assert all(not c.k.any() and not c.v.any() for c in run.caches.values())    # what the warm-up wrote is gone
-    assert run.dec.x.abs().sum() > 0                                              # ... after it ran
+    assert run.dec.x.abs().sum() > 0                                              # ... after the embedding ran
     a = engine.run(Workload(batch=2, prompt_tokens=3, new_tokens=3))
     b = engine.run(Workload(batch=2, prompt_tokens=3, new_tokens=3))
     assert all(torch.equal(x, y) for x, y in zip(a.logits, b.logits))

@@ -3,7 +3,8 @@
 A few-layer copy of the model (same shapes, random weights, in memory) runs on the engine for every batch x prompt
 length of the grid, all resident on the GPU (or all on the CPU from RAM). A unit's time is the gap between the end of
 the compute before it and its own end, so dispatch, per-unit bookkeeping and synchronisation are included exactly as
-a real run pays them. Prefill gives time by (batch, prompt); the decode steps after it time by (batch, context).
+a real run pays them. Prefill gives time by (batch, prompt); the decode steps after it time by (batch, context), where context is the static cache the engine attends over at
+every decode step (prompt + new tokens - 1).
 """
 from __future__ import annotations
 
@@ -120,6 +121,6 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
         from sim.compute import signature
         out.append(ComputeGrid(unit=signature(u, family), device=device, dispatch=dispatch, batch=tuple(batches),
                                prefill_tokens=tuple(prompts), prefill_s=tuple(map(tuple, pre[u.kind].tolist())),
-                               decode_context=tuple(prompts), decode_s=tuple(map(tuple, dec[u.kind].tolist())),
+                               decode_context=tuple(p + new_tokens - 1 for p in prompts), decode_s=tuple(map(tuple, dec[u.kind].tolist())),
                                source=src))
     return out

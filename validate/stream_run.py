@@ -41,8 +41,8 @@ class StreamRun:
         self.caches = {u.name: M.KVCache(e.arch, w.batch, max_len,
                                          "cpu" if e.tiers[u.name].compute == "cpu" else e.device, torch.bfloat16)
                        for u in e.shape.units if u.kind == "decoder"}
-        self.pre = StepState(e, w.batch, w.prompt_tokens, max_len, decode=False)
-        self.dec = StepState(e, w.batch, 1, max_len, decode=True)
+        self.pre = StepState(e, w.batch, w.prompt_tokens, decode=False)
+        self.dec = StepState(e, w.batch, 1, decode=True)
         self.start = 0
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.slot_index = {b.data_ptr(): j for j, b in enumerate(e.vram_slots)}
@@ -240,24 +240,26 @@ class StreamRun:
             self.tokens.append(st.tok.clone())
 
     def prepare(self) -> None:
-        """Before the clock: the graphs, then one decode step of every unit that runs eagerly from weights already
-        in place (the CPU's thread pool and kernels start there, as a warm process has them: measured on the H200,
-        the first CPU step of a run took 25-75 ms more than the next). The caches are zeroed after."""
+        """Before the clock: the graphs, then one decode step of every other unit whose weights already sit where it
+        computes (resident, or in RAM for a CPU-computed unit): the CPU's thread pool and kernels start there, as a
+        warm process has them (measured on the H200, the first CPU step of a run took 25-75 ms more than the next).
+        The caches are zeroed after."""
         e = self.e
+        last = self.w.prompt_tokens + self.w.new_tokens - 1  # a position no step writes: masked until zeroed
+        self.start = last
+        self.dec.pos.fill_(last)
+        self.dec.pos_cpu.fill_(last)
         try:
             self.capture()
         except torch.OutOfMemoryError:  # the graphs' private pool did not fit beside the plan: run eagerly
             self.graphs.clear()
             torch.cuda.empty_cache()
-        last = self.w.prompt_tokens + self.w.new_tokens - 1  # a position no step writes: masked until zeroed
-        self.start = last
-        self.dec.pos.fill_(last)
-        self.dec.pos_cpu.fill_(last)
-        for u in e.shape.units:
-            weights = e.resident.get(u.name, e.host_views.get(u.name))
-            if weights is not None and not any(k[0] == u.name for k in self.graphs):
-                dev = torch.device("cpu") if e.tiers[u.name].compute == "cpu" else e.device
-                self.unit_step(u.kind, u.name, weights, dev, self.dec)
+        graphed = {k[0] for k in self.graphs}
+        for u in e.shape.units:  # weights where the unit computes: resident on the device, or in RAM for the CPU
+            on_cpu = e.tiers[u.name].compute == "cpu"
+            weights = e.host_views.get(u.name) if on_cpu else e.resident.get(u.name)
+            if weights is not None and u.name not in graphed:
+                self.unit_step(u.kind, u.name, weights, torch.device("cpu") if on_cpu else e.device, self.dec)
         for c in self.caches.values():
             c.k.zero_()
             c.v.zero_()
@@ -274,7 +276,6 @@ class StreamRun:
         if not (e.cuda and e.graphs):
             return
         pool, side, cur = torch.cuda.graph_pool_handle(), torch.cuda.Stream(e.device), torch.cuda.current_stream(e.device)
-        self.dec.pos.fill_(self.w.prompt_tokens + self.w.new_tokens - 1)  # a position no step writes: masked
         phases = [(False, self.pre)] + ([(True, self.dec)] if self.w.new_tokens > 1 else [])
         for decode, st in phases:
             warmed: set[str] = set()
@@ -372,7 +373,7 @@ class StepState:
     held on the device): token ids, positions, hidden state, rotary tables, logits and the chosen token. Every unit
     reads and writes them in place, so a CUDA graph captured over them serves every step of its phase."""
 
-    def __init__(self, e, batch: int, tokens: int, max_len: int, decode: bool):
+    def __init__(self, e, batch: int, tokens: int, decode: bool):
         dev, a = e.device, e.arch
         self.decode = decode
         self.ids = torch.zeros((batch, tokens), dtype=torch.long, device=dev)
