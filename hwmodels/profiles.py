@@ -33,6 +33,10 @@ class ComputeGrid(_Spec):
     dispatch: Literal["eager", "graph"] = Field(
         default="eager", description="How the kernels were launched: 'graph' (offloadsim's engine replays one CUDA "
                                      "graph per unit) or 'eager' (one launch per kernel, as the peers run).")
+    memory: Literal["vram", "pageable", "pinned"] | None = Field(
+        default=None, description="Where the unit's weights sat while it was timed: 'vram' (GPU grids), 'pageable' or "
+                                  "'pinned' host memory (CPU grids: a CPU layer reads pinned weights faster on some "
+                                  "hosts). None: not recorded, read as pageable.")
     batch: tuple[PositiveInt, ...] = Field(description="Batch sizes measured, ascending.")
     prefill_tokens: tuple[PositiveInt, ...] = Field(description="Prompt lengths measured (empty cache), ascending.")
     prefill_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][prompt length].")

@@ -33,20 +33,30 @@ def _grid_index(grids: tuple[ComputeGrid, ...]) -> dict[tuple, ComputeGrid]:
     if hit is None:
         if len(_INDEXES) > 64:
             _INDEXES.clear()
-        hit = _INDEXES[id(grids)] = (grids, {(g.device, g.dispatch) + tuple(getattr(g.unit, f) for f in _FIELDS): g
-                                             for g in grids})
+        hit = _INDEXES[id(grids)] = (grids, {(g.device, g.dispatch, g.memory or "pageable")
+                                             + tuple(getattr(g.unit, f) for f in _FIELDS): g for g in grids})
     return hit[1]
 
 
-def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str,
-              dispatch: str = "graph") -> ComputeGrid | None:
-    """The measured grid of the unit's signature on `device`, launched as `dispatch` asks, else the other way."""
+_MEMORY_ORDER = {"vram": ("vram", "pageable", "pinned"), "pageable": ("pageable", "pinned", "vram"),
+                 "pinned": ("pinned", "pageable", "vram")}
+
+
+def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str, dispatch: str = "graph",
+              memory: str | None = None) -> ComputeGrid | None:
+    """The measured grid of the unit's signature on `device`, launched as `dispatch` asks, else the other way; with
+    the weights where `memory` says (default: VRAM for the GPU, pageable RAM for the CPU), else anywhere."""
     if not machine.compute_grids:
         return None
     index = _grid_index(machine.compute_grids)
     sig = tuple(family if f == "family" else getattr(unit, f) for f in _FIELDS)
     other = "eager" if dispatch == "graph" else "graph"
-    return index.get((device, dispatch) + sig) or index.get((device, other) + sig)
+    mems = _MEMORY_ORDER[memory or ("vram" if device == "gpu" else "pageable")]
+    for key in ((d, m) for d in (dispatch, other) for m in mems):
+        hit = index.get((device,) + key + sig)
+        if hit is not None:
+            return hit
+    return None
 
 
 @functools.lru_cache(maxsize=256)
@@ -123,10 +133,11 @@ def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
 
 
 def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
-                  family: str = "") -> float:
+                  family: str = "", memory: str = "pageable") -> float:
+    """`memory`: where the unit's weights sit, 'pinned' or 'pageable' host memory (each may have its own grid)."""
     c = machine.cpu
     roof = _roofline(unit, c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
-    grid = find_grid(machine, unit, family, "cpu", "eager") if machine.compute_grids else None
+    grid = find_grid(machine, unit, family, "cpu", "eager", memory) if machine.compute_grids else None
     return grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None else roof(batch, new_tokens, context)
 
 

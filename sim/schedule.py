@@ -85,15 +85,17 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
 
     dispatch = "graph" if peer is None else "eager"  # offloadsim's engine replays a CUDA graph per unit
 
-    def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
-        key = (ui, cpu, batch, new, ctx, dispatch)  # the unit index names its shape, kind and family within one model
-        if key not in cache:
-            cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family) if cpu else \
-                gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch)
-        return cache[key]
-
     gpu_exec = any(p.compute == "gpu" for p in plan.placements)  # a peer's step cost was measured on GPU runs only
     t = plan.tiers()
+    memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]  # where a CPU unit reads
+
+    def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
+        # the unit index names its shape, kind and family within one model
+        key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "")
+        if key not in cache:
+            cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui]) if cpu else \
+                gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch)
+        return cache[key]
 
     def row(ui: int, offload: bool) -> tuple:
         return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload)

@@ -188,3 +188,27 @@ def test_engine_overhead_idles_the_compute_lane_before_the_kernels(toy_machine):
     assert comp.duration_s == pytest.approx(0.8)                       # the kernels alone, as the engine times them
     idle = [e for e in res.events if e.stage == "wait" and e.unit == "l1"]
     assert idle[-1].end_s == pytest.approx(comp.start_s) and idle[-1].duration_s == pytest.approx(0.5)
+
+
+def test_cpu_units_are_priced_by_the_grid_of_the_memory_their_weights_sit_in(toy_machine):
+    from sim.compute import cpu_compute_s
+    from sim.plan import Placement
+    m = toy_model()
+    u0 = m.units[0]
+    pageable = grid_for(u0, device="cpu", memory="pageable")                                # decode b1 ctx 10: 0.1
+    pinned = grid_for(u0, device="cpu", memory="pinned", decode_s=((0.07, 0.21), (0.14, 0.42)))  # the same: 0.07
+    both = toy_machine.model_copy(update={"compute_grids": (pinned, pageable)})
+    assert cpu_compute_s(u0, both, 1, 1, 10, "toy") == pytest.approx(0.1)
+    assert cpu_compute_s(u0, both, 1, 1, 10, "toy", memory="pinned") == pytest.approx(0.07)
+    unrecorded = grid_for(u0, device="cpu")                   # an older profile: no memory recorded, read as pageable
+    old = toy_machine.model_copy(update={"compute_grids": (pinned, unrecorded)})
+    assert cpu_compute_s(u0, old, 1, 1, 10, "toy") == pytest.approx(0.1)
+    only_pinned = toy_machine.model_copy(update={"compute_grids": (pinned,)})
+    assert cpu_compute_s(u0, only_pinned, 1, 1, 10, "toy") == pytest.approx(0.07)  # the only grid there is
+    # in a schedule: the unit's tier decides (decode at batch 1 over a static cache of 9 + 2 - 1 = 10 positions)
+    w = Workload(batch=1, prompt_tokens=9, new_tokens=2)
+    for tier, want in (("ram_pinned", 0.07), ("ram_pageable", 0.1)):
+        plan = toy_plan(m, "vram").model_copy(update={"placements": (Placement(unit=u0.name, tier=tier, compute="cpu"),)
+                                                      + toy_plan(m, "vram").placements[1:]})
+        sch = build_schedule(m, both, plan, w, BIG)
+        assert [c for c, s, u in zip(sch.compute_s, sch.step, sch.unit) if s == 1 and u == 0] == pytest.approx([want])

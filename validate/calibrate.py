@@ -274,7 +274,8 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eag
                 if cuda and eager:  # the peers launch every kernel themselves
                     meas["grids"] += [g.model_dump() for g in measure_grids(config, m, "gpu", graphs=False, **gpu_grid)]
             elif step == "grid-cpu":
-                meas["grids"] += [g.model_dump() for g in measure_grids(config, m, "cpu", **cpu_grid)] if cuda else []
+                for memory in ("pageable", "pinned") if cuda else ():  # a plan's CPU layers read from either
+                    meas["grids"] += [g.model_dump() for g in measure_grids(config, m, "cpu", memory=memory, **cpu_grid)]
             elif step == "contention":
                 meas["contention"] = contention(config, m, cuda) if cuda else None
     return meas
