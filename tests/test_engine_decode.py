@@ -52,8 +52,13 @@ def test_prepare_warms_eager_units_and_leaves_clean_caches():
     plan = make_plan(shape, machine, "t", tiers, {names[1]: "cpu"})
     engine = Engine(None, cfg, shape, plan, machine, device="cpu", blobs=random_blobs(cfg, shape, "cpu"))
     run = StreamRun(engine, Workload(batch=2, prompt_tokens=3, new_tokens=3), None)
+    seen = []
+    run.capture = lambda: seen.append((run.start, int(run.dec.pos), int(run.dec.pos_cpu)))
     with torch.inference_mode():
         run.prepare()
+    # graphs are captured with the prefill at position 0 (its cache writes are baked into the graph) and the decode
+    # position at 3 + 3 - 1 = 5, which no step writes (masked until the caches are zeroed)
+    assert seen == [(0, 5, 5)]
     assert run.start == 0 and not run.graphs                                      # no CUDA: nothing captured
     assert all(not c.k.any() and not c.v.any() for c in run.caches.values())    # what the warm-up wrote is gone
     assert run.dec.x.abs().sum() > 0                                              # ... after the embedding ran

@@ -246,14 +246,15 @@ class StreamRun:
         The caches are zeroed after."""
         e = self.e
         last = self.w.prompt_tokens + self.w.new_tokens - 1  # a position no step writes: masked until zeroed
-        self.start = last
         self.dec.pos.fill_(last)
         self.dec.pos_cpu.fill_(last)
+        self.start = 0  # a prefill graph bakes its cache writes in: captured at position 0, where every prefill runs
         try:
             self.capture()
         except torch.OutOfMemoryError:  # the graphs' private pool did not fit beside the plan: run eagerly
             self.graphs.clear()
             torch.cuda.empty_cache()
+        self.start = last
         graphed = {k[0] for k in self.graphs}
         for u in e.shape.units:  # weights where the unit computes: resident on the device, or in RAM for the CPU
             on_cpu = e.tiers[u.name].compute == "cpu"
