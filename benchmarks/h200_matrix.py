@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-GiB = 2**30
+from hwmodels.units import GiB
+
 # Real shapes of four public models (hidden, MLP, heads, KV heads, head dim, vocab), fewer layers.
 ARCHS = {
     "llama-8b": ("llama-3.1-8b", dict(num_hidden_layers=4)),

@@ -29,8 +29,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.h200_matrix import ARCHS, TINY, log
-
-GiB = 2**30
+from hwmodels.units import GiB
 RAM = 100 * GiB  # the CPU budget of every Accelerate map without a RAM limit
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from _common import figure, result
 from hwmodels import get_machine
+from hwmodels.units import GiB
 from planner import plan_with_report
 from planner.export import to_accelerate, to_llamacpp
 from sim.models import load_model
 from sim.plan import Budgets, Workload
 
-GiB = 2**30
 machine, model = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
 w = Workload(prompt_tokens=128, new_tokens=8)
 budgets = Budgets.of(machine, vram=4 * GiB)

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from hwmodels import get_machine
-from hwmodels.units import InputError, parse_bandwidth, parse_bytes, parse_seconds
+from hwmodels.units import GiB, InputError, parse_bandwidth, parse_bytes, parse_seconds
 from offloadsim.cli import main
 from sim.attribution import stall_attribution
 from sim.equations import read_time_s
@@ -14,7 +14,6 @@ from sim.pagecache import PageCache, inactive_ratio
 from sim.plan import Budgets, Placement, Plan, Workload
 from sim.policies import get_policy
 
-GiB = 2**30
 
 
 def test_bandwidth_in_bits_is_divided_by_eight():

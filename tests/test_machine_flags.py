@@ -4,11 +4,10 @@ import json
 import pytest
 
 from hwmodels.presets import get_machine, get_part, part_names
+from hwmodels.units import GiB
 from offloadsim.cli import build_parser, main
 from offloadsim.detect import gpu_preset_for
 from offloadsim.machine_flags import compose
-
-GiB = 2**30
 
 
 def _args(argv):
