@@ -16,8 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import planner.core as core  # noqa: E402
 from sim.plan import Budgets, Workload  # noqa: E402
 from sim.simulate import fast_simulate  # noqa: E402
-from tests.conftest import TOY  # noqa: E402
-from tests.test_planner import brute_force  # noqa: E402  (the test's brute force, over the same space)
+from tests.test_planner import TOY, brute_force  # noqa: E402  (the test's machine and brute force)
 from tests.toys import toy_model  # noqa: E402
 
 THREE = ("vram", "ram_pinned", "disk_raw")

@@ -1,4 +1,5 @@
-"""Sweeps of the VRAM (and RAM) budget: predicted time per token for the planner and every baseline."""
+"""Sweeps of the VRAM (and RAM) budget: predicted time per token for the planner and every baseline; plans for a set
+of budgets, monotone over the set by construction."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,32 +8,44 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB
-from planner.baselines import baseline_plans
-from planner.core import plan_with_report
+from planner.core import PlanReport, peer_plans, plan_with_report
 from sim.memory import min_vram_bytes
 from sim.plan import OS_RESERVE_BYTES, Budgets, Workload
-from sim.policies import POLICIES
 from sim.simulate import fast_simulate
 from sim.shapes import ModelShape
 
 
+def contains(big: Budgets, small: Budgets) -> bool:
+    """`big` has at least `small`'s VRAM, RAM and pinned RAM."""
+    return (big.vram_bytes >= small.vram_bytes and big.ram_bytes >= small.ram_bytes
+            and big.pinned_bytes >= small.pinned_bytes)
 
-def _times(model, machine, w, budgets, time_budget_s, previous: list) -> dict:
-    """One budget's row; `previous` holds the planner's plan for the last (smaller) budget, which seeds this one so
-    the planner's curve never rises with more memory (monotone by construction), and is replaced by this plan."""
-    row = {}
-    seeds = {"smaller-budget": previous[0]} if previous and previous[0] is not None else None
-    rep = plan_with_report(model, machine, w, budgets, confirm=False, time_budget_s=time_budget_s, seeds=seeds)
-    row["planner"] = fast_simulate(model, machine, rep.plan, w, budgets)["time_per_token_s"] if rep.plan.feasible else None
-    previous[:] = [rep.plan if rep.plan.feasible else None]
-    plans = baseline_plans(model, machine, w, budgets)
-    try:
-        plans["stream"] = POLICIES["stream"](model, machine, w, budgets)
-    except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is a gap in its curve
-        plans["stream"] = str(exc)
-    for name, p in plans.items():
-        row[name] = None if isinstance(p, str) else fast_simulate(model, machine, p, w, budgets)["time_per_token_s"]
-    return row
+
+def plan_budgets(model: ModelShape, machine: MachineSpec, w: Workload, budgets: list[Budgets],
+                 **kw) -> list[PlanReport]:
+    """plan_with_report for every budget (keywords passed on), smallest first, each seeded with the feasible plans
+    of the budgets of the list that it contains: a plan for a smaller budget fits a larger one and is no slower
+    there, and a seed is never beaten by a slower plan, so for budgets a <= b of the list the plan for b is never
+    slower than the plan for a (monotone by construction; `pareto`'s curves, the determinism benchmark)."""
+    order = sorted(range(len(budgets)), key=lambda i: (budgets[i].vram_bytes + budgets[i].ram_bytes
+                                                       + budgets[i].pinned_bytes, i))
+    out: dict[int, PlanReport] = {}
+    for i in order:  # a budget contained in budgets[i] has a smaller sum, or an equal one and is the same budget
+        seeds = {f"budget-{j}": r.plan for j, r in out.items() if r.plan.feasible and contains(budgets[i], budgets[j])}
+        out[i] = plan_with_report(model, machine, w, budgets[i], seeds=seeds or None, **kw)
+    return [out[i] for i in range(len(budgets))]
+
+
+def _rows(model, machine, w, budgets: list[Budgets], time_budget_s) -> list[dict]:
+    """One row per budget: the planner's time per token (the budgets planned by plan_budgets, so the planner's curve
+    never rises with more memory) and every baseline's."""
+    rows = []
+    for b, rep in zip(budgets, plan_budgets(model, machine, w, budgets, confirm=False, time_budget_s=time_budget_s)):
+        row = {"planner": fast_simulate(model, machine, rep.plan, w, b)["time_per_token_s"] if rep.plan.feasible else None}
+        for name, p in peer_plans(model, machine, w, b).items():
+            row[name] = None if isinstance(p, str) else fast_simulate(model, machine, p, w, b)["time_per_token_s"]
+        rows.append(row)
+    return rows
 
 
 def sweep(model: ModelShape, machine: MachineSpec, w: Workload, points: int = 7, ram: int | None = None,
@@ -41,15 +54,13 @@ def sweep(model: ModelShape, machine: MachineSpec, w: Workload, points: int = 7,
     lo = min_vram_bytes(model, w)
     hi = min(machine.gpu.vram_bytes, int(model.total_bytes * 1.05) + lo)
     vrams = np.linspace(lo, max(hi, lo + 1), points).astype(int).tolist()
-    prev: list = []
-    by_vram = [dict(vram_bytes=v, **_times(model, machine, w, Budgets.of(machine, vram=v, ram=ram), time_budget_s, prev))
-               for v in vrams]
+    rows = _rows(model, machine, w, [Budgets.of(machine, vram=v, ram=ram) for v in vrams], time_budget_s)
+    by_vram = [dict(vram_bytes=v, **row) for v, row in zip(vrams, rows)]
     mid = vrams[len(vrams) // 2]
     cap = machine.host_memory.capacity_bytes
     rams = np.linspace(max(cap // 8, 2 * GiB), cap - OS_RESERVE_BYTES, points).astype(int).tolist()
-    prev = []
-    by_ram = [dict(ram_bytes=r, **_times(model, machine, w, Budgets.of(machine, vram=mid, ram=r), time_budget_s, prev))
-              for r in rams]
+    rows = _rows(model, machine, w, [Budgets.of(machine, vram=mid, ram=r) for r in rams], time_budget_s)
+    by_ram = [dict(ram_bytes=r, **row) for r, row in zip(rams, rows)]
     # where streaming everything is slower than computing on the CPU with nothing on the GPU
     cpu_only = by_vram[0].get("llamacpp")
     u_region = [r["vram_bytes"] for r in by_vram if r.get("stream") and cpu_only and r["stream"] > cpu_only]
