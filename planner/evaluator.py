@@ -19,7 +19,7 @@ from sim.fast import evaluate
 from sim.memory import MemoryUse, activation_bytes, kv_cache_bytes
 from sim.metrics import step_times, summary
 from sim.plan import Budgets, Placement, Plan, Workload
-from sim.schedule import COLUMNS, GPU_LOAD, Schedule, build_schedule
+from sim.schedule import COLUMNS, Schedule, build_schedule
 from sim.shapes import ModelShape, UnitShape
 
 Settings = tuple[int, int, int, int | None]   # (prefetch depth, VRAM slots, pinned slots, gpu_offload_min_tokens)
@@ -28,12 +28,13 @@ ON_CPU = np.array([d == "cpu" for _, d in OPTIONS])
 IN_VRAM = TIER == "vram"
 STAGED = np.isin(TIER, STAGED_TIERS)
 COMPRESSED = np.char.endswith(TIER, "compressed")
+PINNED = TIER == "ram_pinned"
 ROW_COLUMNS = [c for c in COLUMNS if c not in ("unit", "step", "compute_s", "gate")]
 
 
-def _all_on(model: ModelShape, machine: MachineSpec, w: Workload, device: str) -> Schedule:
+def _all_on(model: ModelShape, machine: MachineSpec, w: Workload, device: str, tier: str = "ram_pageable") -> Schedule:
     # model_construct: valid by construction, and validating 15,000 placements costs 0.1 s
-    placements = tuple(Placement.model_construct(unit=u.name, tier="ram_pageable", compute=device) for u in model.units)
+    placements = tuple(Placement.model_construct(unit=u.name, tier=tier, compute=device) for u in model.units)
     plan = Plan(model=model.name, machine=machine.name, placements=placements, prefetch_depth=0, vram_slots=1)
     return build_schedule(model, machine, plan, w, Budgets.unlimited())
 
@@ -47,6 +48,9 @@ class Evaluator:
         self.sched_gpu = gpu
         self.unit, self.step = gpu.unit, gpu.step
         self.comp = np.stack([gpu.compute_s, cpu.compute_s])           # [on_cpu, item]
+        # a CPU unit in pinned RAM is priced by the pinned CPU grid where the machine has one (as build_schedule)
+        pinned_grid = any(g.device == "cpu" and g.memory == "pinned" for g in machine.compute_grids)
+        self.comp_pinned = _all_on(model, machine, w, "cpu", "ram_pinned").compute_s if pinned_grid else None
         self.router_gate = gpu.gate                                     # every expert streamed: its router item
         self.nb = np.array([u.nbytes for u in model.units], dtype=float)
         self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)
@@ -132,10 +136,8 @@ class Evaluator:
         streamed_expert = self.is_expert & ((TIER[assign] != "vram") | ON_CPU[assign])
         col["gate"] = np.where(streamed_expert[self.unit], self.router_gate, -1)
         comp = np.where(col["on_cpu"], self.comp[1], self.comp[0])
-        factor = getattr(self.machine.cpu, "copy_contention", 1.0)
-        if factor != 1.0:  # CPU compute shares the host with the copier in steps that stream to the GPU
-            streams = np.bincount(self.step, weights=col["load"] == GPU_LOAD, minlength=len(self.tokens)) > 0
-            comp = np.where(col["on_cpu"] & streams[self.step], comp * factor, comp)
+        if self.comp_pinned is not None:
+            comp = np.where(col["on_cpu"] & PINNED[assign][self.unit], self.comp_pinned, comp)
         sch = dataclasses.replace(g, unit=self.unit, step=self.step, compute_s=comp, memory=mem,
                                   cache_capacity_bytes=mem.page_cache_bytes, warm_keys=[], **col)
         if self.w.warm:

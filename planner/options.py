@@ -39,7 +39,9 @@ def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "al
     keep = ev.step >= (1 if phase == "decode" and w.new_tokens > 1 else 0)
     scale = max(w.new_tokens - 1, 1) if phase == "decode" else 1
     uses = np.bincount(ev.unit[keep], minlength=n) / scale
-    gpu_s, cpu_s = (np.bincount(ev.unit[keep], weights=c[keep], minlength=n) / scale for c in ev.comp)
+    # a CPU unit's time: the faster of its pageable and pinned grids (so the bound holds for either tier)
+    cpu = ev.comp[1] if ev.comp_pinned is None else np.minimum(ev.comp[1], ev.comp_pinned)
+    gpu_s, cpu_s = (np.bincount(ev.unit[keep], weights=c[keep], minlength=n) / scale for c in (ev.comp[0], cpu))
     if model.is_moe:  # plan on expected expert use, not on the draws the evaluation will see
         uses, gpu_s, cpu_s = _expected_expert_use(model, machine, w, phase, uses.copy(), gpu_s.copy(), cpu_s.copy())
     return Usage(uses=uses, gpu_s=gpu_s, cpu_s=cpu_s)
@@ -50,6 +52,8 @@ def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
     from sim.routing import ExpertRouter
     router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew)
     decode_steps = max(w.new_tokens - 1, 0)
+    pinned_grid = any(g.device == "cpu" and g.memory == "pinned" for g in machine.compute_grids)
+    mems = ("pageable", "pinned") if pinned_grid else ("pageable",)  # the faster, for the bound
     for i, u in enumerate(model.units):
         if u.expert is None:
             continue
@@ -63,7 +67,8 @@ def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
             n_dec, n_pre = decode_steps * p_dec, p_pre
         uses[i] = n_dec + n_pre
         gpu_s[i] = n_dec * gpu_compute_s(u, machine, 1, 1, 0) + n_pre * gpu_compute_s(u, machine, tok_pre, 1, 0)
-        cpu_s[i] = n_dec * cpu_compute_s(u, machine, 1, 1, 0) + n_pre * cpu_compute_s(u, machine, tok_pre, 1, 0)
+        cpu_s[i] = min(n_dec * cpu_compute_s(u, machine, 1, 1, 0, memory=m) + n_pre * cpu_compute_s(
+            u, machine, tok_pre, 1, 0, memory=m) for m in mems)
     return uses, gpu_s, cpu_s
 
 

@@ -40,7 +40,8 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
     host = (read_b > 0) | sch.pinned_slot
     found, hits, misses = cache_found(sch)
     c_start, c_end, ready = _recurrence(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src,
-                                        d, blocking, lat, cold, warm, sch.startup_s)
+                                        d, blocking, lat, cold, warm, sch.startup_s, sch.on_cpu, sch.compute_s,
+                                        sch.overhead_s, float(sch.contention))
     return FastResult(c_start, c_end, ready, hits, misses)
 
 
@@ -85,42 +86,102 @@ def _resident_before(key: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     return out
 
 
+def _known_py(j, i, load, gate, pf, vram_src, blocking):
+    """Whether load j (> i) is fixed once item i's compute has started: every event it waits for is a compute start
+    of an item <= i or a compute end of an item < i (d >= 1; a copy that waits for a later event starts after item
+    i's compute ends, and every later load copies after it)."""
+    if pf[j] > i or gate[j] >= i:
+        return False
+    if load[j] == GPU_LOAD and (blocking[j] or vram_src[j] >= i):
+        return False
+    return True
+
+
+def _contended_py(t, work, f, loads, lo, hi, load, copy_start, ready):
+    """When a CPU compute of `work` seconds alone, starting at t, ends: while a copy to the GPU runs it progresses
+    at 1/f of its speed (cpu.copy_contention); the copies are those of loads[lo:hi], in order on one copier."""
+    for k in range(lo, hi):
+        j = loads[k]
+        if load[j] != GPU_LOAD:
+            continue
+        a, b = copy_start[j], ready[j]
+        if b <= t:
+            continue
+        if a > t:
+            if work <= a - t:
+                return t + work
+            work -= a - t
+            t = a
+        if work * f <= b - t:
+            return t + work * f
+        work -= (b - t) / f
+        t = b
+    return t + work
+
+
+try:
+    from numba import njit
+    _known, _contended = njit(cache=True)(_known_py), njit(cache=True)(_contended_py)
+except ImportError:  # pragma: no cover - numba is a dependency; the plain functions give the same numbers
+    njit = None
+    _known, _contended = _known_py, _contended_py
+
+
 def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src, d, blocking,
-                   lat, cold, warm, startup=0.0):
-    """The pipeline as a max-plus recurrence, item by item (compiled by numba when it is installed)."""
+                   lat, cold, warm, startup, on_cpu, work_s, over_s, contention):
+    """The pipeline as a max-plus recurrence, item by item (compiled by numba when it is installed). `comp_s`: an
+    item's time on its compute lane (the engine's overhead, then its compute). Loads are laid out in load order
+    through the reader, unpacker and copier lanes, each one before its item's compute; with `contention` != 1 a CPU
+    item's compute (`work_s`, after `over_s`) slows while copies run, so first every load already fixed when it
+    starts is laid out (`_known`) and the copies among them set its end (`_contended`). One code path lays out a
+    load (numba passes arrays to a called function at a reference-count cost per call)."""
     n = len(load)
     c_start = np.zeros(n)
     c_end = np.zeros(n)
     ready = np.zeros(n)
-    reader_free = 0.0
-    unpack_free = 0.0
-    copier_free = 0.0
+    copy_start = np.zeros(n)
+    reader_free = unpack_free = copier_free = 0.0
+    loads = np.flatnonzero(load)
+    n_loads = len(loads)
+    done = 0                         # loads[:done] are laid out
+    after = 0                        # loads[after:] are of items after the current one
     prev_end = 0.0
     for i in range(n):
-        kind = load[i]
-        if kind:
+        contended = contention != 1.0 and on_cpu[i] and d >= 1
+        started = False
+        while True:
+            go = False
+            if done < n_loads:
+                j = loads[done]
+                go = (j == i) if not started else _known(j, i, load, gate, pf, vram_src, blocking)
+            if not go:
+                if started or not contended:
+                    break
+                started = True
+                c_start[i] = ready[i] if load[i] and ready[i] > prev_end else prev_end
+                continue
             t = startup
             if d == 0:
                 if prev_end > t:
                     t = prev_end
             else:
-                j = pf[i]
-                if j >= 0 and c_start[j] > t:
-                    t = c_start[j]
-            j = gate[i]
-            if j >= 0 and c_end[j] > t:
-                t = c_end[j]
-            if host[i]:                      # the reader: one item at a time, in order
+                k = pf[j]
+                if k >= 0 and c_start[k] > t:
+                    t = c_start[k]
+            k = gate[j]
+            if k >= 0 and c_end[k] > t:
+                t = c_end[k]
+            if host[j]:                      # the reader: one item at a time, in order
                 if reader_free > t:
                     t = reader_free
-                j = pin_src[i]
-                if j >= 0 and ready[j] > t:  # a pinned slot frees when its holder's copy ends
-                    t = ready[j]
-                rb = read_b[i]
+                k = pin_src[j]
+                if k >= 0 and ready[k] > t:  # a pinned slot frees when its holder's copy ends
+                    t = ready[k]
+                rb = read_b[j]
                 if rb > 0:                   # the resident part at the cache speed, the rest from storage
-                    t += lat + found[i] / warm + (rb - found[i]) / cold
+                    t += lat + found[j] / warm + (rb - found[j]) / cold
                 reader_free = t
-            u = unpack_s[i]
+            u = unpack_s[j]
             if u > 0:
                 if unpack_free > t:
                     t = unpack_free
@@ -128,33 +189,38 @@ def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf
                 unpack_free = t
             if copier_free > t:              # the copier takes every load in order
                 t = copier_free
-            if kind == GPU_LOAD:
-                if blocking[i] and prev_end > t:
+            if load[j] == GPU_LOAD:
+                if blocking[j] and prev_end > t:
                     t = prev_end
-                j = vram_src[i]
-                if j >= 0 and c_end[j] > t:  # a VRAM slot frees when its holder's compute ends
-                    t = c_end[j]
-                t += copy_s[i]
+                k = vram_src[j]
+                if k >= 0 and c_end[k] > t:  # a VRAM slot frees when its holder's compute ends
+                    t = c_end[k]
+                copy_start[j] = t
+                t += copy_s[j]
             copier_free = t
-            ready[i] = t
-            start = t if t > prev_end else prev_end
+            ready[j] = t
+            done += 1
+        if not started:
+            c_start[i] = ready[i] if load[i] and ready[i] > prev_end else prev_end
+        if contended:
+            while after < n_loads and loads[after] <= i:
+                after += 1
+            prev_end = _contended(c_start[i] + over_s[i], work_s[i], contention, loads, after, done, load,
+                                  copy_start, ready)
         else:
-            start = prev_end
-        c_start[i] = start
-        prev_end = start + comp_s[i]
+            prev_end = c_start[i] + comp_s[i]
         c_end[i] = prev_end
     return c_start, c_end, ready
 
 
-try:
-    from numba import njit
+if njit is not None:
     _recurrence = njit(cache=True)(_recurrence_py)
-except ImportError:  # pragma: no cover - numba is a dependency; the plain loop gives the same numbers
+else:  # pragma: no cover
     _recurrence = _recurrence_py
 
 
 def warm_up() -> None:
     """Compile (or load from numba's cache) the recurrence now, so a caller's time budget is spent on work."""
     i, b, f = np.zeros(1, np.int64), np.zeros(1, np.bool_), np.zeros(1)
-    _recurrence(i, b, f, f, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0, 0.0)
+    _recurrence(i, b, f, f, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0, 0.0, b, f, f, 2.0)
     PageCache(1.0, [(0, 1.0, True)]).read_many(i, f + 2.0)

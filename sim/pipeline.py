@@ -8,6 +8,10 @@ A load runs read (storage) -> unpack -> copy (link) -> compute (GPU or CPU), eve
 - `vram_from[i]`: its VRAM slot is the one freed when that item's compute ends (V slots, round robin);
 - `blocking[i]`: its copy waits for the previous item's compute to end (a blocking copy, or pageable memory).
 The SimPy timeline, the fast evaluator and the engine all take these from `rules()`; -1 means no such wait.
+One resource is shared rather than queued: host memory. While the copy engine runs, CPU compute progresses at
+1 / `Schedule.contention` of its speed (cpu.copy_contention, measured by calibrate as a CPU layer's time beside
+copies); the timeline arbitrates it as `HostMemory`, the fast evaluator lays out the copies already fixed when a
+CPU item starts and integrates its work across them (exact: a copy not yet fixed starts after that item ends).
 """
 from __future__ import annotations
 

@@ -46,6 +46,7 @@ class Schedule:
     gate: list[int] = field(default_factory=list)        # item whose compute end gates this load (router), or -1
     n_steps: int = 0
     startup_s: float = 0.0                               # no load starts before this (the engine's stage threads)
+    contention: float = 1.0                              # CPU compute runs this many times slower while a copy runs
     read_latency_s: float = 0.0
     cold_bytes_per_s: float = 1.0
     cache_bytes_per_s: float = 1.0
@@ -76,6 +77,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     st = machine.storage
     sch = Schedule(names=[u.name for u in units], n_steps=w.new_tokens, memory=mem,
                    startup_s=machine.engine.stream_startup_s if peer is None else 0.0,
+                   contention=machine.cpu.copy_contention,
                    read_latency_s=st.request_latency_s, cold_bytes_per_s=st.cold_read_bytes_per_s,
                    cache_bytes_per_s=(machine.host_memory.map_touch_bytes_per_s or MMAP_HIT_BYTES_PER_S)
                    if peer is not None and peer.mmap_reads else st.cache_read_bytes_per_s,
@@ -103,11 +105,11 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     rows = {False: [row(i, False) for i in range(len(units))]}
     shape_of = functools.partial(_step_shape, w, peer is None)
     if not model.is_moe:  # dense: every step runs every unit in order, so a step's columns are the unit rows
-        _dense_steps(sch, rows, row, compute_time, len(units), w, plan, machine.cpu.copy_contention, shape_of)
+        _dense_steps(sch, rows, row, compute_time, len(units), w, plan, shape_of)
         if w.warm:
             sch.warm_keys = _warm_contents(sch.finalize())
         return sch.finalize()
-    _moe_steps(sch, rows, row, compute_time, model, plan, w, machine.cpu.copy_contention, shape_of)
+    _moe_steps(sch, rows, row, compute_time, model, plan, w, shape_of)
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
@@ -149,7 +151,7 @@ def _step_shape(w: Workload, static_cache: bool, s: int) -> tuple[int, int]:
 
 
 def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, plan: Plan, w: Workload,
-               factor: float, shape_of) -> None:
+               shape_of) -> None:
     """The items of an MoE request: per step, each block's attention then the experts its router picked, a
     streamed expert's load gated by its router (or the previous block's, when the predictor guesses it)."""
     units, t = model.units, plan.tiers()
@@ -176,7 +178,6 @@ def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, 
         if offload not in rows:
             rows[offload] = [row(i, offload) for i in range(len(units))]
         rs = rows[offload]
-        first = len(sch.unit)
         router_item: dict[int, int] = {}
         for ui, block in order:
             if block < 0:
@@ -192,7 +193,6 @@ def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, 
                     hit = plan.expert_predictor_hit_rate is not None and rng.random() < plan.expert_predictor_hit_rate
                     gate = router_item.get(block - 1, -1) if hit else router_item[block]
                 add(ei, s, rs[ei], compute_time(ei, rs[ei][0], int(counts[e]), 1, 0), gate)
-        _contend(sch, first, len(sch.unit), factor)
 
 
 _CACHES: "OrderedDict[tuple, tuple]" = OrderedDict()
@@ -217,7 +217,7 @@ ROW_NAMES = ("on_cpu", "load", "read_bytes", "unpack_s", "copy_s", "copy_bytes",
 
 
 def _dense_steps(sch: Schedule, rows: dict, row, compute_time, n_units: int, w: Workload, plan: Plan,
-                 factor: float, shape_of) -> None:
+                 shape_of) -> None:
     """The columns of a dense model's request, a step (every unit, in order, no router gates) at a time."""
     cols: dict[str, list] = {name: [] for name in ROW_NAMES + ("compute_s",)}
     arrays: dict[bool, list[np.ndarray]] = {}
@@ -235,21 +235,9 @@ def _dense_steps(sch: Schedule, rows: dict, row, compute_time, n_units: int, w: 
         cols["compute_s"].append(comp)
     for name, parts in cols.items():
         setattr(sch, name, np.concatenate(parts).astype(COLUMNS[name]) if parts else np.zeros(0, COLUMNS[name]))
-    for s in range(w.new_tokens):
-        _contend(sch, s * n_units, (s + 1) * n_units, factor)
     sch.unit = np.tile(np.arange(n_units, dtype=np.int64), w.new_tokens)
     sch.step = np.repeat(np.arange(w.new_tokens, dtype=np.int64), n_units)
     sch.gate = np.full(n_units * w.new_tokens, -1, dtype=np.int64)
-
-
-def _contend(sch: Schedule, first: int, last: int, factor: float) -> None:
-    """CPU compute shares cores and DRAM with the copier, reads and unpacking: in a step (items first..last-1) that
-    streams weights to the GPU, CPU-computed items take `factor` times their time alone (cpu.copy_contention)."""
-    if factor == 1.0 or not any(x == GPU_LOAD for x in sch.load[first:last]):
-        return
-    for i in range(first, last):
-        if sch.on_cpu[i]:
-            sch.compute_s[i] *= factor
 
 
 def _warm_contents(sch: Schedule) -> list[tuple[int, float, bool]]:

@@ -3,7 +3,8 @@
 Resources: the storage queue (`reader_threads` reads at once), unpack workers (one decode at a time using all
 threads), the host-to-device copy engine, the GPU stream and the CPU. VRAM slots are a Container; a pinned staging
 slot is the one freed by the copy the rules name (`pin_from`, round robin in item order), so parallel readers cannot
-take slots out of order.
+take slots out of order. The host's memory is shared: while the copy engine runs, CPU compute progresses at
+1 / `contention` of its speed (`HostMemory`; calibrate measures the factor as a CPU layer's time beside copies).
 Each stage is a process that takes items in order, so every queue is FIFO.
 """
 from __future__ import annotations
@@ -14,6 +15,33 @@ from sim.events import Event
 from sim.pipeline import rules
 from sim.pagecache import PageCache
 from sim.schedule import CPU_READ, GPU_LOAD, Schedule
+
+
+class HostMemory:
+    """The host's memory, shared by the copier and CPU compute: `busy` while a copy runs; `changed` fires (and is
+    replaced) whenever that flips, so a CPU compute in progress re-rates its remaining work."""
+
+    def __init__(self, env: simpy.Environment, contention: float):
+        self.env, self.contention, self.busy = env, contention, False
+        self.changed = env.event()
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        ev, self.changed = self.changed, self.env.event()
+        ev.succeed()
+
+    def cpu_work(self, work: float):
+        """A process step: `work` seconds of CPU compute alone, slowed by `contention` while a copy runs."""
+        f, env = self.contention, self.env
+        t = env.now
+        while True:
+            busy = self.busy
+            done = env.timeout(work * f if busy else work)
+            fired = yield done | self.changed
+            if done in fired:
+                return
+            work -= (env.now - t) / f if busy else env.now - t
+            t = env.now
 
 
 class Timeline:
@@ -32,6 +60,7 @@ class Timeline:
         self.copy_engine = simpy.Resource(env, capacity=1)
         self.gpu = simpy.Resource(env, capacity=1)
         self.cpu = simpy.Resource(env, capacity=1)
+        self.host_memory = HostMemory(env, sch.contention) if sch.contention != 1.0 else None
         self.vram_slots = simpy.Container(env, capacity=vram_slots, init=vram_slots)
         self.cache = PageCache(sch.cache_capacity_bytes, sch.warm_keys)
         sch = self.sch
@@ -120,7 +149,11 @@ class Timeline:
             with self.copy_engine.request() as req:
                 yield req
                 t0 = self.env.now
+                if self.host_memory is not None:
+                    self.host_memory.set_busy(True)
                 yield self.env.timeout(s.copy_s[i])
+                if self.host_memory is not None:
+                    self.host_memory.set_busy(False)
                 self.record(i, "copy", "copy", t0, s.copy_bytes[i])
             self.ready[i].succeed()
 
@@ -141,7 +174,10 @@ class Timeline:
                     yield self.env.timeout(s.overhead_s[i])
                     self.record(i, "wait", f"{dev}_wait", t0)
                 t0 = self.env.now
-                yield self.env.timeout(s.compute_s[i])
+                if s.on_cpu[i] and self.host_memory is not None:
+                    yield from self.host_memory.cpu_work(s.compute_s[i])
+                else:
+                    yield self.env.timeout(s.compute_s[i])
                 self.record(i, "compute", dev, t0)
             if s.load[i] == GPU_LOAD:
                 yield self.vram_slots.put(1)
@@ -168,5 +204,6 @@ class _Columns:
     def __init__(self, sch: Schedule):
         self.__dict__.update(sch.column_lists())
         self.names = sch.names
-        for name in ("read_latency_s", "cold_bytes_per_s", "cache_bytes_per_s", "cache_capacity_bytes", "warm_keys"):
+        for name in ("read_latency_s", "cold_bytes_per_s", "cache_bytes_per_s", "cache_capacity_bytes", "warm_keys",
+                     "contention"):
             setattr(self, name, getattr(sch, name))

@@ -4,6 +4,7 @@ import pytest
 
 from hwmodels.profiles import ComputeGrid, H2DPoint
 from sim.compute import gpu_compute_s, grid_time_s, signature
+from sim.fast import evaluate
 from sim.equations import copy_bytes_per_s
 from sim.load import load_time_s
 from sim.plan import Workload
@@ -96,20 +97,43 @@ def test_pageable_copy_waits_for_the_previous_compute(toy_machine):
     assert [e.end_s for e in pinned.events if e.stage == "compute"] == pytest.approx([0.4, 4.8, 5.2])
 
 
-def test_cpu_contention_only_in_steps_that_stream(toy_machine):
-    m = toy_model()
-    slow = toy_machine.model_copy(update={"cpu": toy_machine.cpu.model_copy(update={"copy_contention": 2.0})})
+def _contention_case(toy_machine, sizes, tiers):
     from sim.plan import Placement
-    streaming = toy_plan(m, ["ram_pageable", "ram_pinned", "ram_pinned"]).model_copy(update={"placements": (
-        Placement(unit="l0", tier="ram_pageable", compute="cpu"), Placement(unit="l1", tier="ram_pinned"),
-        Placement(unit="l2", tier="ram_pinned"))})
-    a = build_schedule(m, slow, streaming, ONE, BIG)
-    b = build_schedule(m, toy_machine, streaming, ONE, BIG)
-    assert a.compute_s[0] == pytest.approx(2 * b.compute_s[0])       # the CPU unit, beside streamed copies
-    assert list(a.compute_s[1:]) == list(b.compute_s[1:])
-    cpu_only = streaming.model_copy(update={"placements": (streaming.placements[0],) + tuple(
-        Placement(unit=n, tier="vram") for n in ("l1", "l2"))})
-    assert build_schedule(m, slow, cpu_only, ONE, BIG).compute_s[0] == pytest.approx(b.compute_s[0])
+    m = toy_model(sizes)
+    slow = toy_machine.model_copy(update={"cpu": toy_machine.cpu.model_copy(update={"copy_contention": 2.0})})
+    plan = toy_plan(m, "vram").model_copy(update={"placements": tuple(
+        Placement(unit=f"l{k}", tier=t, compute=c) for k, (t, c) in enumerate(tiers))})
+    out = []
+    for machine in (toy_machine, slow):
+        timeline = [(e.unit, e.start_s, e.end_s) for e in simulate(m, machine, plan, ONE, BIG).events
+                    if e.stage == "compute"]
+        sch = build_schedule(m, machine, plan, ONE, BIG)
+        fast = evaluate(sch, plan.prefetch_depth, plan.overlap_copy, plan.vram_slots, plan.pinned_slots)
+        assert [t[2] for t in timeline] == pytest.approx(list(fast.c_end), rel=1e-12)  # one model, two engines
+        out.append(timeline)
+    return out
+
+
+def test_cpu_compute_slows_only_while_a_copy_runs(toy_machine):
+    """Host memory is a shared resource: CPU compute progresses at 1/2 of its speed (copy_contention 2) while the
+    copy engine runs, at full speed otherwise. The CPU's toy speed is 5 B/s, the pinned link 2 B/s, the GPU 10 B/s."""
+    # l0 (4 B) on the CPU: 0.8 s alone. l1's 1 B copy runs 0-0.5 s beside it: 0.25 s of its work done by 0.5, the
+    # other 0.55 s alone: it ends at 1.05 instead of 0.8. l2's copy waits for l1's compute to start (depth 1).
+    alone, shared = _contention_case(toy_machine, (4, 1, 2),
+                                     (("ram_pageable", "cpu"), ("ram_pinned", "gpu"), ("ram_pinned", "gpu")))
+    assert alone[0] == ("l0", 0.0, pytest.approx(0.8))
+    assert shared[0] == ("l0", 0.0, pytest.approx(1.05))
+    assert shared[2] == ("l2", pytest.approx(2.05), pytest.approx(2.25))  # its 1 s copy from 1.05, 0.2 s compute
+    # a copy that starts before the CPU item and ends inside it: l2's 2 B copy runs 0-1 s (the first load, nothing
+    # gates it); l1 (4 B on the CPU) starts after l0's 0.4 s on the GPU: 0.6 s beside the copy do 0.3 s of work,
+    # the other 0.5 s alone: 0.4 -> 1.5 (0.4 -> 1.2 without contention)
+    alone, shared = _contention_case(toy_machine, (4, 4, 2),
+                                     (("vram", "gpu"), ("ram_pageable", "cpu"), ("ram_pinned", "gpu")))
+    assert alone[1] == ("l1", pytest.approx(0.4), pytest.approx(1.2))
+    assert shared[1] == ("l1", pytest.approx(0.4), pytest.approx(1.5))
+    # no copy beside it (everything else resident): no slowdown
+    alone, shared = _contention_case(toy_machine, (4, 4, 2), (("vram", "gpu"), ("ram_pageable", "cpu"), ("vram", "gpu")))
+    assert shared == alone
 
 
 def test_offloaded_cpu_unit_on_disk_pays_its_read(toy_machine):

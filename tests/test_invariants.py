@@ -11,6 +11,7 @@ from tests.conftest import TOY
 from tests.toys import BIG, toy_model, toy_plan
 
 TIERS = ["vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed"]
+CPU_TIERS = ("ram_pinned", "ram_pageable", "disk_raw")  # what a CPU-computed unit may be stored in
 
 
 @st.composite
@@ -42,6 +43,28 @@ def test_fast_evaluator_equals_simpy(case):
         assert abs(a - c) <= 1e-9 * max(1.0, abs(c))
     f = fast_simulate(model, TOY, plan, w, b)
     assert f["time_per_token_s"] == pytest.approx(res.summary["time_per_token_s"], rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases(), st.data(), st.sampled_from([1.0, 1.5, 3.0]))
+def test_fast_evaluator_equals_simpy_with_cpu_units_and_contention(case, data, factor):
+    """Units computed on the CPU (from RAM or disk), slowed while copies run (host memory shared with the copier)."""
+    from sim.plan import Placement
+    model, plan, w, b = case
+    on_cpu = data.draw(st.lists(st.booleans(), min_size=len(model.units), max_size=len(model.units)))
+    plan = plan.model_copy(update={"placements": tuple(
+        Placement(unit=p.unit, tier=p.tier, compute="cpu" if c and p.tier in CPU_TIERS else "gpu")
+        for p, c in zip(plan.placements, on_cpu))})
+    machine = TOY.model_copy(update={"cpu": TOY.cpu.model_copy(update={"copy_contention": factor})})
+    res = simulate(model, machine, plan, w, b)
+    sch = build_schedule(model, machine, plan, w, b)
+    fast = evaluate(sch, plan.prefetch_depth, plan.overlap_copy, plan.vram_slots, plan.pinned_slots)
+    for a, c in zip(fast.c_end, res.c_end):
+        assert abs(a - c) <= 1e-9 * max(1.0, abs(c))
+    if factor > 1.0:  # never faster than without contention
+        base = evaluate(build_schedule(model, TOY, plan, w, b), plan.prefetch_depth, plan.overlap_copy,
+                        plan.vram_slots, plan.pinned_slots)
+        assert fast.c_end[-1] >= base.c_end[-1] * (1 - 1e-12)
 
 
 def test_fast_refuses_parallel_readers():

@@ -49,6 +49,33 @@ def test_evaluator_equals_fast_simulate(name, machine, w):
             assert got[key] == pytest.approx(ref[key], rel=1e-12), key
 
 
+def test_evaluator_equals_fast_simulate_with_contention_and_pinned_cpu_grids():
+    """The planner's evaluator lays out what build_schedule does when CPU compute slows beside copies and a CPU unit
+    in pinned RAM has a grid of its own (here 0.7x the pageable one)."""
+    from hwmodels.profiles import ComputeGrid
+    from sim.compute import signature
+    m, q = get_machine("t4-cloud"), load_model("qwen3-14b")
+    dec = next(u for u in q.units if u.kind == "decoder")
+
+    def grid(memory, k):
+        return ComputeGrid(unit=signature(dec, q.family), device="cpu", memory=memory, batch=(1, 4),
+                           prefill_tokens=(16, 64), prefill_s=((0.1 * k, 0.3 * k), (0.2 * k, 0.6 * k)),
+                           decode_context=(16, 64), decode_s=((0.05 * k, 0.06 * k), (0.07 * k, 0.08 * k)))
+    m = m.model_copy(update={"cpu": m.cpu.model_copy(update={"copy_contention": 2.0}),
+                             "compute_grids": (grid("pageable", 1.0), grid("pinned", 0.7))})
+    w = Workload(new_tokens=4)
+    ev = Evaluator(q, m, w, Budgets.unlimited(), None)
+    rng = np.random.default_rng(5)
+    pinned_cpu = [j for j, (t, d) in enumerate(OPTIONS) if t == "ram_pinned" and d == "cpu"]
+    for off in (None, 32):
+        a = rng.choice(RAW, size=len(q.units))
+        a[1::4] = pinned_cpu[0]                                  # some decoders on the CPU from pinned RAM
+        got = ev.summary(a, (2, 3, 2, off))
+        ref = fast_simulate(q, m, ev.plan(a, (2, 3, 2, off)), w, Budgets.unlimited())
+        for key in ("total_s", "ttft_s", "time_per_token_s"):
+            assert got[key] == pytest.approx(ref[key], rel=1e-12), key
+
+
 def brute_force_total(model, w, budgets) -> float:
     """The least simulated total over every raw option per unit and the loader settings (with offload thresholds)."""
     ev = Evaluator(model, TOY, w, budgets, None)
