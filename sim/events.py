@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 LANES = {"storage": 0, "unpack": 1, "copy": 2, "gpu": 3, "cpu": 4, "gpu_wait": 5, "cpu_wait": 6}
@@ -22,9 +22,6 @@ class Event:
     @property
     def duration_s(self) -> float:
         return self.end_s - self.start_s
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def chrome_trace(events: list[Event], process: str = "offloadsim") -> dict:
