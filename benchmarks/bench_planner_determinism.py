@@ -23,7 +23,7 @@ from hwmodels import get_machine  # noqa: E402
 from planner import plan_with_report  # noqa: E402
 from planner.evaluator import Evaluator  # noqa: E402
 from planner.options import OPTIONS  # noqa: E402
-from planner.pareto import plan_budgets  # noqa: E402
+from planner.pareto import plan_budgets, plan_upgrade  # noqa: E402
 from sim.models import load_model  # noqa: E402
 from sim.plan import Budgets, Workload  # noqa: E402
 from tests.test_planner_properties import RAW, SETTINGS, TOY  # noqa: E402
@@ -81,6 +81,37 @@ def instances(n: int):
         cap = {"vram": cap_v, "ram": cap_r, "pinned": b.ram_bytes}[axis]
         more = min(cap, int(getattr(b, f"{axis}_bytes") * 1.25) + GiB)
         yield name, machine, b, axis, b.model_copy(update={f"{axis}_bytes": more})
+
+
+def faster(machine: str, k: float = 1.25):
+    """The preset with every host-to-device speed k times higher."""
+    m = get_machine(machine)
+    link = m.link.model_copy(update={
+        "pinned_h2d_bytes_per_s": m.link.pinned_h2d_bytes_per_s * k, "pageable_h2d_bytes_per_s": m.link.pageable_h2d_bytes_per_s * k,
+        "by_size": tuple(p.model_copy(update={"pinned_bytes_per_s": p.pinned_bytes_per_s * k,
+                                               "pageable_bytes_per_s": p.pageable_bytes_per_s * k}) for p in m.link.by_size)})
+    return m, m.model_copy(update={"link": link})
+
+
+def link_quality(n: int) -> dict:
+    """The link axis: each instance's smaller budget on the preset and on a variant with a 25% faster link, the
+    second seeded with the first (plan_upgrade) and planned alone."""
+    viol = alone_viol = 0
+    rows = []
+    for name, machine, b, _, _ in instances(n):
+        slow, fast = faster(machine)
+        q = load_model(name)
+        a, c = plan_upgrade(q, slow, fast, W, b)
+        if not a.plan.feasible:
+            continue
+        alone = plan_with_report(q, fast, W, b)
+        ta, tc, t_alone = (r.summary["time_per_token_s"] for r in (a, c, alone))
+        v, v_alone = tc > ta * (1 + 1e-9), t_alone > ta * (1 + 1e-9)
+        viol, alone_viol = viol + v, alone_viol + v_alone
+        rows.append({"model": name, "machine": machine, "time_per_token_s": ta, "faster_link_s": tc,
+                     "violation": bool(v), "independent_s": t_alone, "independent_violation": bool(v_alone)})
+    return {"instances": n, "feasible": len(rows), "monotonicity_violations": viol,
+            "independent_violations": alone_viol, "rows": rows}
 
 
 def quality(n: int) -> dict:
@@ -157,14 +188,17 @@ def main() -> None:
     ap.add_argument("--instances", type=int, default=108)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--brute", type=int, default=30)
+    ap.add_argument("--link-instances", type=int, default=36)
     ap.add_argument("--deepseek", action="store_true")
     ap.add_argument("--out", default="docs/planner/bench_planner_determinism.json")
     a = ap.parse_args()
     res = {"determinism": determinism(a.repeats), "brute_force": brute_force(a.brute), "quality": quality(a.instances),
-           "timings": timings(a.deepseek)}
-    Path(a.out).write_text(json.dumps(res, indent=1))
-    q = res["quality"]
-    print(json.dumps({k: v for k, v in q.items() if k != "rows"}, indent=1))
+           "link": link_quality(a.link_instances), "timings": timings(a.deepseek)}
+    tmp = Path(a.out).with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=1))
+    tmp.replace(a.out)
+    for key in ("quality", "link"):
+        print(key, json.dumps({k: v for k, v in res[key].items() if k != "rows"}, indent=1))
     print(json.dumps({k: v for k, v in res["determinism"].items() if k != "rows"}), res["brute_force"], res["timings"])
 
 

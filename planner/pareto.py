@@ -36,6 +36,30 @@ def plan_budgets(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     return [out[i] for i in range(len(budgets))]
 
 
+def faster_link(big: MachineSpec, small: MachineSpec) -> bool:
+    """`big` is `small` with a host-to-device link at least as fast (pinned, pageable, every measured size, no more
+    latency per copy)."""
+    lb, ls = big.link, small.link
+    sizes = len(lb.by_size) == len(ls.by_size) and all(
+        p.nbytes == q.nbytes and p.pinned_bytes_per_s >= q.pinned_bytes_per_s
+        and p.pageable_bytes_per_s >= q.pageable_bytes_per_s for p, q in zip(lb.by_size, ls.by_size))
+    return (sizes and lb.pinned_h2d_bytes_per_s >= ls.pinned_h2d_bytes_per_s
+            and lb.pageable_h2d_bytes_per_s >= ls.pageable_h2d_bytes_per_s and lb.latency_s <= ls.latency_s
+            and big.model_copy(update={"link": ls, "name": small.name}) == small)
+
+
+def plan_upgrade(model: ModelShape, small: MachineSpec, big: MachineSpec, w: Workload, budgets: Budgets,
+                 **kw) -> tuple[PlanReport, PlanReport]:
+    """Plans on a machine and on its variant with a faster link (same budgets), the second seeded with the first:
+    the slower link's plan runs on the faster one no slower (more bandwidth never slows the pipeline:
+    tests/test_invariants.py), so the faster link's plan is never slower (monotone by construction)."""
+    if not faster_link(big, small):
+        raise ValueError("plan_upgrade: the second machine must be the first with a link at least as fast")
+    a = plan_with_report(model, small, w, budgets, **kw)
+    seeds = {"slower-link": a.plan} if a.plan.feasible else None
+    return a, plan_with_report(model, big, w, budgets, seeds=seeds, **kw)
+
+
 def _rows(model, machine, w, budgets: list[Budgets], time_budget_s) -> list[dict]:
     """One row per budget: the planner's time per token (the budgets planned by plan_budgets, so the planner's curve
     never rises with more memory) and every baseline's."""

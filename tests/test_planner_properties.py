@@ -229,3 +229,21 @@ def test_a_given_seed_is_never_beaten_and_a_sweep_is_monotone():
     for rows in (data["by_vram"], data["by_ram"]):
         times = [r["planner"] for r in rows if r["planner"] is not None]
         assert all(b <= a * (1 + 1e-9) for a, b in zip(times, times[1:]))
+
+
+def test_a_faster_link_is_never_slower_when_seeded_with_the_slower_links_plan():
+    """plan_upgrade: the same budgets on the t4-cloud preset and on a variant whose host-to-device speeds are 1.5x;
+    the second plan is never slower, and the construction refuses a pair that is not a faster link."""
+    from planner.pareto import faster_link, plan_upgrade
+    m, q = get_machine("t4-cloud"), load_model("qwen3-14b")
+    fast = m.model_copy(update={"link": m.link.model_copy(update={
+        "pinned_h2d_bytes_per_s": 1.5 * m.link.pinned_h2d_bytes_per_s,
+        "pageable_h2d_bytes_per_s": 1.5 * m.link.pageable_h2d_bytes_per_s})})
+    assert faster_link(fast, m) and not faster_link(m, fast)
+    other_gpu = fast.model_copy(update={"gpu": fast.gpu.model_copy(update={"vram_bytes_per_s": 1.0})})
+    assert not faster_link(other_gpu, m)                         # more than the link changed
+    w, b = Workload(new_tokens=3), Budgets.of(m, vram=6 * 2**30)
+    a, c = plan_upgrade(q, m, fast, w, b)
+    assert c.summary["time_per_token_s"] <= a.summary["time_per_token_s"] * (1 + 1e-9)
+    with pytest.raises(ValueError):
+        plan_upgrade(q, fast, m, w, b)
