@@ -94,6 +94,36 @@ def _one(combo: dict) -> dict:
             "time_per_token_s": s["time_per_token_s"], "tokens_per_s": s["tokens_per_s"], "bottleneck": s["bottleneck"]}
 
 
+ORDERED = ("vram", "ram", "link")  # axes on which more never hurts: a plan for less runs on more, no slower
+
+
+def _rank(machine: MachineSpec, key: str, value: str) -> float:
+    if key in ("vram", "ram"):
+        return float(parse_bytes(value, key))
+    return variant(machine, {"link": value})[0].link.pinned_h2d_bytes_per_s
+
+
+def monotone(rows: list[dict], keys: list[str], vary: dict[str, list[str]], machine: MachineSpec) -> None:
+    """More VRAM, RAM or a faster link never reads as slower: a combination whose neighbour with less of one ordered
+    axis (the rest equal) is faster takes that neighbour's plan, which fits and runs here at most as slow (the same
+    budgets or larger, the same copies or faster); its row says so ('plan_from') and keeps the neighbour's time, an
+    upper bound here. Rows are visited from the least of every ordered axis up, so a chain carries through."""
+    rank = {k: {v: _rank(machine, k, v) for v in vary[k]} for k in keys if k in ORDERED}
+    index = {tuple(r["combo"][k] for k in keys): r for r in rows}
+    for row in sorted(rows, key=lambda r: [rank[k][r["combo"][k]] if k in rank else 0.0 for k in keys]):
+        if not row["feasible"] and "reason" in row:  # a VRAM beyond the GPU: nothing runs there
+            continue
+        for k, ranks in rank.items():
+            below = [v for v in vary[k] if ranks[v] < ranks[row["combo"][k]]]
+            if not below:
+                continue
+            prev = index[tuple((max(below, key=ranks.get) if kk == k else row["combo"][kk]) for kk in keys)]
+            if prev["feasible"] and (not row["feasible"] or prev["time_per_token_s"] < row["time_per_token_s"]):
+                row.update({key: prev[key] for key in ("feasible", "policy", "ttft_s", "time_per_token_s",
+                                                        "tokens_per_s", "bottleneck")})
+                row["plan_from"] = prev.get("plan_from", prev["combo"])
+
+
 def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, list[str]], workers: int = 2,
          progress: bool = True) -> dict:
     keys = list(vary)
@@ -104,6 +134,7 @@ def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, l
     else:
         _init(model, machine, w)
         rows = [_one(c) for c in tqdm(combos, disable=not progress, desc="what-if")]
+    monotone(rows, keys, vary, machine)
     base = {k: vary[k][0] for k in keys}
     index = {tuple(r["combo"][k] for k in keys): r for r in rows}
     b = index[tuple(base[k] for k in keys)]

@@ -61,3 +61,28 @@ def test_whatif_link_lanes_change_the_copy_speed():
     assert x1.link.pinned_h2d_bytes_per_s == x16.link.pinned_h2d_bytes_per_s / 16
     assert x1.link.pageable_h2d_bytes_per_s <= x1.link.pinned_h2d_bytes_per_s
     assert x1.link.lanes == 1 and x16.link.lanes == 16
+
+
+def test_whatif_rows_are_monotone_in_vram_ram_and_link():
+    """A combination with more VRAM or a faster link (the rest equal) that the quick planner scored slower takes its
+    smaller neighbour's plan and time; the chain carries through. Hand-built rows: 4 GiB 1.5 s, 6 GiB 2.0 s (the quick
+    planner's miss), 8 GiB 1.8 s; a VRAM beyond the GPU stays infeasible."""
+    from hwmodels.presets import load_machine
+    from planner.whatif import monotone
+    m = load_machine("rtx3080-laptop")
+
+    def row(v, link, t):
+        return {"combo": {"vram": v, "link": link}, "feasible": True, "policy": f"p{v}{link}", "ttft_s": t,
+                "time_per_token_s": t, "tokens_per_s": 1 / t, "bottleneck": "copy"}
+    rows = [row("6GiB", "pcie4", 2.0), row("4GiB", "pcie4", 1.5), row("8GiB", "pcie4", 1.8),
+            row("4GiB", "pcie5", 1.6), row("6GiB", "pcie5", 1.2), row("8GiB", "pcie5", 1.3),
+            {"combo": {"vram": "16GiB", "link": "pcie4"}, "feasible": False, "reason": "vram beyond the GPU"},
+            {"combo": {"vram": "16GiB", "link": "pcie5"}, "feasible": False, "reason": "vram beyond the GPU"}]
+    vary = {"vram": ["6GiB", "4GiB", "8GiB", "16GiB"], "link": ["pcie4", "pcie5"]}
+    monotone(rows, ["vram", "link"], vary, m)
+    t = {(r["combo"]["vram"], r["combo"]["link"]): r.get("time_per_token_s") for r in rows}
+    assert t[("6GiB", "pcie4")] == 1.5 and t[("8GiB", "pcie4")] == 1.5             # from 4 GiB, through 6 GiB
+    assert rows[0]["plan_from"] == {"vram": "4GiB", "link": "pcie4"} == rows[2]["plan_from"]
+    assert t[("4GiB", "pcie5")] == 1.5                                               # the faster link: at most pcie4's
+    assert t[("6GiB", "pcie5")] == 1.2 and t[("8GiB", "pcie5")] == 1.2
+    assert t[("16GiB", "pcie4")] is None and not rows[6]["feasible"]
