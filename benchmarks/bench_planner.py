@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 from hwmodels import get_machine, list_machines
+from hwmodels.units import GiB
 from planner import plan_with_report
 from sim.memory import min_vram_bytes
 from sim.models import load_model
 from sim.plan import Budgets, Workload
 
-GiB = 2**30
 MODELS = ["qwen3-14b", "llama-3.1-70b", "mixtral-8x7b", "deepseek-r1"]
 
 

@@ -20,6 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hwmodels import get_machine  # noqa: E402
+from hwmodels.units import GiB  # noqa: E402
 from planner import plan_with_report  # noqa: E402
 from planner.evaluator import Evaluator  # noqa: E402
 from planner.options import OPTIONS  # noqa: E402
@@ -29,7 +30,6 @@ from sim.plan import Budgets, Workload  # noqa: E402
 from tests.test_planner_properties import RAW, SETTINGS, TOY  # noqa: E402
 from tests.toys import toy_model  # noqa: E402
 
-GiB = 2**30
 TIMING_REPEATS = 3   # planning times: the median of this many runs (machines here are shared), and the first
 W = Workload(prompt_tokens=64, new_tokens=3)
 CONFIGS = [("qwen3-14b", "rtx3080-laptop", 4.0), ("qwen3-14b", "t4-cloud", 8.0), ("llama-3.1-8b", "rtx3080-laptop", 3.7),
