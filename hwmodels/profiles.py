@@ -35,8 +35,8 @@ class ComputeGrid(_Spec):
                                      "graph per unit) or 'eager' (one launch per kernel, as the peers run).")
     memory: Literal["vram", "pageable", "pinned"] | None = Field(
         default=None, description="Where the unit's weights sat while it was timed: 'vram' (GPU grids), 'pageable' or "
-                                  "'pinned' host memory (CPU grids: a CPU layer reads pinned weights faster on some "
-                                  "hosts). None: not recorded, read as pageable.")
+                                  "'pinned' host memory (CPU grids; a CPU unit is priced by the grid of its tier). "
+                                  "None: not recorded, read as VRAM on the GPU and pageable RAM on the CPU.")
     batch: tuple[PositiveInt, ...] = Field(description="Batch sizes measured, ascending.")
     prefill_tokens: tuple[PositiveInt, ...] = Field(description="Prompt lengths measured (empty cache), ascending.")
     prefill_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][prompt length].")

@@ -14,6 +14,7 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from planner.options import OPTIONS
+from sim.compute import has_pinned_cpu_grid
 from sim.equations import STAGED_TIERS, Codec
 from sim.fast import evaluate
 from sim.memory import MemoryUse, activation_bytes, kv_cache_bytes
@@ -49,8 +50,8 @@ class Evaluator:
         self.unit, self.step = gpu.unit, gpu.step
         self.comp = np.stack([gpu.compute_s, cpu.compute_s])           # [on_cpu, item]
         # a CPU unit in pinned RAM is priced by the pinned CPU grid where the machine has one (as build_schedule)
-        pinned_grid = any(g.device == "cpu" and g.memory == "pinned" for g in machine.compute_grids)
-        self.comp_pinned = _all_on(model, machine, w, "cpu", "ram_pinned").compute_s if pinned_grid else None
+        self.comp_pinned = _all_on(model, machine, w, "cpu", "ram_pinned").compute_s \
+            if has_pinned_cpu_grid(machine) else None
         self.router_gate = gpu.gate                                     # every expert streamed: its router item
         self.nb = np.array([u.nbytes for u in model.units], dtype=float)
         self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)

@@ -48,12 +48,12 @@ def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "al
 
 
 def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
-    from sim.compute import cpu_compute_s, gpu_compute_s
+    from sim.compute import cpu_compute_s, gpu_compute_s, has_pinned_cpu_grid
     from sim.routing import ExpertRouter
     router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew)
     decode_steps = max(w.new_tokens - 1, 0)
-    pinned_grid = any(g.device == "cpu" and g.memory == "pinned" for g in machine.compute_grids)
-    mems = ("pageable", "pinned") if pinned_grid else ("pageable",)  # the faster, for the bound
+    mems = ("pageable", "pinned") if has_pinned_cpu_grid(machine) else ("pageable",)  # the faster, for the bound
+    f = model.family
     for i, u in enumerate(model.units):
         if u.expert is None:
             continue
@@ -66,9 +66,9 @@ def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
         else:
             n_dec, n_pre = decode_steps * p_dec, p_pre
         uses[i] = n_dec + n_pre
-        gpu_s[i] = n_dec * gpu_compute_s(u, machine, 1, 1, 0) + n_pre * gpu_compute_s(u, machine, tok_pre, 1, 0)
-        cpu_s[i] = min(n_dec * cpu_compute_s(u, machine, 1, 1, 0, memory=m) + n_pre * cpu_compute_s(
-            u, machine, tok_pre, 1, 0, memory=m) for m in mems)
+        gpu_s[i] = n_dec * gpu_compute_s(u, machine, 1, 1, 0, f) + n_pre * gpu_compute_s(u, machine, tok_pre, 1, 0, f)
+        cpu_s[i] = min(n_dec * cpu_compute_s(u, machine, 1, 1, 0, f, m) + n_pre * cpu_compute_s(
+            u, machine, tok_pre, 1, 0, f, m) for m in mems)
     return uses, gpu_s, cpu_s
 
 

@@ -33,25 +33,33 @@ def _grid_index(grids: tuple[ComputeGrid, ...]) -> dict[tuple, ComputeGrid]:
     if hit is None:
         if len(_INDEXES) > 64:
             _INDEXES.clear()
-        hit = _INDEXES[id(grids)] = (grids, {(g.device, g.dispatch, g.memory or "pageable")
+        hit = _INDEXES[id(grids)] = (grids, {(g.device, g.dispatch, g.memory or _default_memory(g.device))
                                              + tuple(getattr(g.unit, f) for f in _FIELDS): g for g in grids})
     return hit[1]
 
 
-_MEMORY_ORDER = {"vram": ("vram", "pageable", "pinned"), "pageable": ("pageable", "pinned", "vram"),
-                 "pinned": ("pinned", "pageable", "vram")}
+def _default_memory(device: str) -> str:
+    """Where a grid that does not record it had its weights: VRAM on the GPU, pageable RAM on the CPU."""
+    return "vram" if device == "gpu" else "pageable"
+
+
+def has_pinned_cpu_grid(machine: MachineSpec) -> bool:
+    """Whether the machine has a CPU grid timed with its weights in pinned RAM (else pinned units use the pageable
+    one)."""
+    return any(g.device == "cpu" and g.memory == "pinned" for g in machine.compute_grids)
 
 
 def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str, dispatch: str = "graph",
               memory: str | None = None) -> ComputeGrid | None:
-    """The measured grid of the unit's signature on `device`, launched as `dispatch` asks, else the other way; with
-    the weights where `memory` says (default: VRAM for the GPU, pageable RAM for the CPU), else anywhere."""
+    """The measured grid of the unit's signature on `device`, launched as `dispatch` asks, else the other way; on
+    the CPU with the weights where `memory` says (pageable or pinned RAM; default pageable), else the other."""
     if not machine.compute_grids:
         return None
     index = _grid_index(machine.compute_grids)
     sig = tuple(family if f == "family" else getattr(unit, f) for f in _FIELDS)
     other = "eager" if dispatch == "graph" else "graph"
-    mems = _MEMORY_ORDER[memory or ("vram" if device == "gpu" else "pageable")]
+    want = memory or _default_memory(device)
+    mems = (want,) if device == "gpu" else (want, "pinned" if want == "pageable" else "pageable")
     for key in ((d, m) for d in (dispatch, other) for m in mems):
         hit = index.get((device,) + key + sig)
         if hit is not None:

@@ -236,3 +236,21 @@ def test_cpu_units_are_priced_by_the_grid_of_the_memory_their_weights_sit_in(toy
                                                       + toy_plan(m, "vram").placements[1:]})
         sch = build_schedule(m, both, plan, w, BIG)
         assert [c for c, s, u in zip(sch.compute_s, sch.step, sch.unit) if s == 1 and u == 0] == pytest.approx([want])
+
+
+def test_expected_expert_use_prices_experts_with_the_models_grids(toy_machine):
+    """The planner's expected expert use looks grids up by the model's family (it passed none, so an MoE model's
+    measured grids were never used there). A flat 0.5 s grid for the expert shape: every expected use costs 0.5 s."""
+    import numpy as np
+
+    from planner.options import usage
+    m = toy_model(experts=3, top_k=1)
+    shapes = {u.nbytes: u for u in m.units if u.expert is not None}   # one expert shape per block size
+    flat = {"prefill_s": ((0.5, 0.5), (0.5, 0.5)), "decode_s": ((0.5, 0.5), (0.5, 0.5))}
+    grids = tuple(grid_for(e, device=d, **flat) for e in shapes.values() for d in ("gpu", "cpu"))
+    machine = toy_machine.model_copy(update={"compute_grids": grids})
+    u = usage(m, machine, Workload(batch=2, prompt_tokens=4, new_tokens=3))
+    experts = np.array([x.expert is not None for x in m.units])
+    assert u.uses[experts].sum() > 0
+    assert u.gpu_s[experts] == pytest.approx(0.5 * u.uses[experts])
+    assert u.cpu_s[experts] == pytest.approx(0.5 * u.uses[experts])
