@@ -113,6 +113,9 @@ class PeerSpec(Spec):
                                           "the layer and cleaning up after it).")
     pin_each_load: bool = Field(default=False, description="Every load is copied into a pinned buffer (pin_memory(): "
                                 "a host memcpy; PyTorch's caching host allocator reuses the pinned blocks).")
+    cpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's CPU kernels against the machine's "
+                                             "CPU compute grid (offloadsim's engine, torch): a CPU-computed unit takes "
+                                             "this times the grid's time.")
     mmap_reads: bool = Field(default=False, description="Weights on disk are memory-mapped and used in place: a "
                              "page-cache hit costs nothing beyond the copy or compute that touches it.")
     source: str = Field(default="idealised: no measured costs", description="Where the values come from.")

@@ -137,8 +137,9 @@ def accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, budgets
 @register("llamacpp")
 def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
     """-ngl N: the last N blocks (i_gpu_start = n_layer - ngl, src/llama-model.cpp) and then the output head on the
-    GPU, as many as fit; the rest computed on the CPU from pinned host buffers (or mmap from disk when RAM is short);
-    the token embedding always on the CPU; steps of >= 32 tokens copy CPU weights to the GPU."""
+    GPU, as many as fit; the rest computed on the CPU from the memory-mapped model file (llama.cpp's default: pageable
+    page-cache pages, or the disk when RAM is short); the token embedding always on the CPU; steps of >= 32 tokens
+    copy CPU weights to the GPU."""
     return llamacpp_ngl(model, machine, w, budgets, None)
 
 
@@ -161,7 +162,7 @@ def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
                                                              else ngl > len(blocks_back)):
         on_gpu.update(groups[-1])
     cpu_names = [u.name for u in model.units if u.name not in on_gpu]
-    tiers = _host_tiers(model, cpu_names, budgets, 0, True)
+    tiers = _host_tiers(model, cpu_names, budgets, 0, False)  # mmap: nothing pinned
     tiers.update({n: "vram" for n in on_gpu})
     compute = {n: "cpu" for n in cpu_names}
     plan = make_plan(model, machine, "llamacpp", tiers, compute, prefetch_depth=0, overlap_copy=False, vram_slots=1,

@@ -90,6 +90,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     gpu_exec = any(p.compute == "gpu" for p in plan.placements)  # a peer's step cost was measured on GPU runs only
     t = plan.tiers()
     memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]  # where a CPU unit reads
+    cpu_scale = peer.cpu_compute_scale if peer is not None else 1.0  # a peer's own CPU kernels against the grid
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
@@ -97,7 +98,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         if key not in cache:
             cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui]) if cpu else \
                 gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch)
-        return cache[key]
+        return cache[key] * cpu_scale if cpu else cache[key]
 
     def row(ui: int, offload: bool) -> tuple:
         return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload)

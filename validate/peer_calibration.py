@@ -17,7 +17,9 @@ from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.shapes import ModelShape, param_modules
 
-PARAMS = {"accelerate": ("step_s", "load_module_s"), "airllm": ("load_unit_s",)}  # llama.cpp: not measured yet
+PARAMS = {"accelerate": ("step_s", "load_module_s"), "airllm": ("load_unit_s",),
+          "llamacpp": ("step_s", "cpu_compute_scale")}
+SCALES = {"cpu_compute_scale"}  # multipliers (neutral 1, fitted from 1) rather than costs (neutral 0, from the nnls)
 
 
 @dataclass(frozen=True)
@@ -52,19 +54,22 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     """The peer's cost parameters that best explain `runs` (relative error of the time per token, least squares
     through the simulator, parameters >= 0); started from the linear estimate (residual = parameters x counts)."""
     params = PARAMS[engine]
-    base = runs[0][1].peers[engine].model_copy(update={p: 0.0 for p in params})
-    A = np.array([features(model, r, params) for model, _, r in runs])
+    costs = tuple(p for p in params if p not in SCALES)
+    base = runs[0][1].peers[engine].model_copy(update={p: 1.0 if p in SCALES else 0.0 for p in params})
+    A = np.array([features(model, r, costs) for model, _, r in runs])
     b = np.array([r.measured_tpot_s - predict(model, with_peer(m, engine, base), r)["time_per_token_s"]
                   for model, m, r in runs])
-    x0, _ = nnls(A, np.maximum(b, 0.0))
+    x_costs, _ = nnls(A, np.maximum(b, 0.0))
+    start = dict(zip(costs, x_costs))
+    x0 = np.array([start.get(p, 1.0) for p in params])
+    lower = np.array([0.05 if p in SCALES else 0.0 for p in params])  # a scale stays positive
 
     def spec(x: np.ndarray) -> PeerSpec:
         return base.model_copy(update={p: float(v) for p, v in zip(params, x)})
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        s = spec(np.maximum(x, 0.0))
+        s = spec(np.maximum(x, lower))
         return np.array([predict(model, with_peer(m, engine, s), r)["time_per_token_s"] / r.measured_tpot_s - 1
                          for model, m, r in runs])
-    scale = np.maximum(x0, 1e-3)
-    res = least_squares(residuals, x0, bounds=(0.0, np.inf), x_scale=scale, diff_step=1e-3)
+    res = least_squares(residuals, x0, bounds=(lower, np.inf), x_scale=np.maximum(x0, 1e-3), diff_step=1e-3)
     return spec(res.x).model_copy(update={"source": source})

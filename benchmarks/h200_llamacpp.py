@@ -1,0 +1,253 @@
+"""llama.cpp measured (issue 11): built from the llama.cpp tree that the llama-cpp-python source package vendors,
+with CUDA, and timed with its own `llama-bench` at several `-ngl` values and on the `-ot` plans offloadsim exports,
+beside an offloadsim calibration of the same machine, so that `benchmarks/llamacpp_report.py` can predict every
+run with the llama.cpp engine model and compare.
+
+Per architecture: a random-weight checkpoint and its `calibrate` (benchmarks/h200_peers.py `prepare`), the same
+weights written as an F16 GGUF (gguf-py from the same tree; random weights, so the rotary permutation that
+convert_hf_to_gguf.py applies to q/k is skipped, and the vocabulary is a placeholder SentencePiece list: llama-bench
+feeds random token ids), then
+- `llama-bench -ngl N -p P,... -n G -r R -o json` for every N: prompt processing (the time to the first token) and
+  G generated tokens from an empty context (the time per token), as llama-bench reports them, page cache warm
+  (mmap, llama.cpp's default);
+- `offloadsim plan --engine llamacpp --export llamacpp` at two GPU budgets, run as exported (`-ngl 999 -ot ...`).
+The build is kept under --root between calls of a warm machine (a second call resumes it).
+
+Build source (here): pip download --no-deps --no-binary=:all: llama-cpp-python==0.3.36, then its vendor/llama.cpp
+without models/, docs/, media/, benches/ and .github/ as a tarball (.lcpp/llama.cpp.tar.gz, carried).
+Run (H200): python3 benchmarks/h200_llamacpp.py --archs llama-8b:14 --out $OUT/llamacpp-a.json
+Here: python benchmarks/llamacpp_report.py docs/peers/llamacpp-a.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+
+from benchmarks.h200_matrix import log
+
+CMAKE_FLAGS = ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", "-DGGML_CUDA_FA=OFF", "-DGGML_CUDA_NCCL=OFF",
+               "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+               "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release"]
+HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+              "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
+
+
+def build(tarball: Path, root: Path, timeout_s: float, cuda: bool = True) -> dict:
+    """llama-bench (with CUDA unless told otherwise); resumes a build left by an earlier call. Returns what
+    happened."""
+    src, bdir = root / "llama.cpp", root / "build"
+    binary = bdir / "bin" / "llama-bench"
+    if binary.exists():
+        return {"ok": True, "binary": str(binary), "build_s": 0.0, "resumed": "already built"}
+    t = time.perf_counter()
+    if not src.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tarball) as tf:
+            tf.extractall(root, filter="data")
+    log("llama.cpp", "configure")
+    flags = CMAKE_FLAGS if cuda else [f for f in CMAKE_FLAGS if "CUDA" not in f]
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    cfg = subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *gen, *flags], capture_output=True, text=True)
+    if cfg.returncode:
+        return {"ok": False, "stage": "configure", "log": (cfg.stdout + cfg.stderr)[-3000:]}
+    log("llama.cpp", "build", f"{os.cpu_count()} jobs")
+    try:
+        b = subprocess.run(["cmake", "--build", str(bdir), "--target", "llama-bench", "-j", str(os.cpu_count())],
+                           capture_output=True, text=True, timeout=max(timeout_s - (time.perf_counter() - t), 1))
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "stage": "build timed out (resumable)", "build_s": time.perf_counter() - t}
+    out = {"ok": b.returncode == 0 and binary.exists(), "binary": str(binary), "build_s": time.perf_counter() - t,
+           "cmake_flags": flags}
+    if not out["ok"]:
+        out["log"] = (b.stdout + b.stderr)[-3000:]
+    log("llama.cpp", "built" if out["ok"] else "BUILD FAILED", f"{out['build_s']:.0f}s")
+    return out
+
+
+def write_gguf(ckpt: Path, config: dict, path: Path, gguf_py: Path) -> int:
+    """The checkpoint's weights as an F16 GGUF (norms F32) of llama.cpp's llama or qwen3 architecture."""
+    sys.path.insert(0, str(gguf_py))
+    import gguf
+    import torch
+    from safetensors.torch import load_file
+    arch = {"llama": "llama", "qwen3": "qwen3"}[config["model_type"]]
+    h, heads = config["hidden_size"], config["num_attention_heads"]
+    d = config.get("head_dim") or h // heads
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(8192)
+    w.add_embedding_length(h)
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(config.get("num_key_value_heads") or heads)
+    w.add_key_length(d)
+    w.add_value_length(d)
+    w.add_rope_dimension_count(d)
+    w.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-5)))
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    v = config["vocab_size"]
+    w.add_vocab_size(v)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    types = [2, 3, 3] + [6] * 256
+    tokens += [f"\u2581t{i}" for i in range(v - len(tokens))]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * v)
+    w.add_token_types(types + [1] * (v - len(types)))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    tensors = {}
+    for f in sorted(ckpt.glob("*.safetensors")):
+        tensors.update(load_file(str(f)))
+    for name, t in tensors.items():
+        w.add_tensor(gguf_name(name), t.to(torch.float32 if t.dim() == 1 else torch.float16).numpy())
+    if "lm_head.weight" not in tensors:
+        raise RuntimeError("tied embeddings: use an architecture with its own output head")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path.stat().st_size
+
+
+def gguf_name(hf: str) -> str:
+    if hf == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if hf == "model.norm.weight":
+        return "output_norm.weight"
+    if hf == "lm_head.weight":
+        return "output.weight"
+    parts = hf.split(".")  # model.layers.{i}.<module>.weight
+    return f"blk.{parts[2]}.{HF_TO_GGUF['.'.join(parts[3:-1])]}.{parts[-1]}"
+
+
+def bench(binary: str, model: Path, args: list[str], prompts: list[int], gen: int, reps: int) -> list[dict]:
+    """llama-bench's JSON records for one setting: a prompt-processing test per prompt length and a generation test."""
+    cmd = [binary, "-m", str(model), *args, "-p", ",".join(map(str, prompts)), "-n", str(gen), "-r", str(reps),
+           "-o", "json"]
+    t = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    if r.returncode:
+        raise RuntimeError(f"llama-bench exited {r.returncode}: {r.stderr[-1500:]}")
+    recs = json.loads(r.stdout)
+    keep = ("n_prompt", "n_gen", "n_gpu_layers", "n_threads", "avg_ns", "stddev_ns", "samples_ns", "avg_ts",
+            "flash_attn", "use_mmap", "n_batch", "n_ubatch", "type_k", "model_size", "model_n_params", "cpu_info",
+            "gpu_info", "build_commit", "tensor_buft_overrides")
+    out = [{k: rec.get(k) for k in keep} for rec in recs]
+    log("llama-bench", " ".join(args), f"{time.perf_counter() - t:.0f}s",
+        [f"p{o['n_prompt']} g{o['n_gen']}: {o['avg_ns'] / 1e9:.4f}s" for o in out])
+    return [dict(o, args=args) for o in out]
+
+
+def exported(shape, machine, fraction: float, gen: int) -> dict:
+    """`plan --engine llamacpp --export llamacpp` with a GPU budget of `fraction` of the weights."""
+    from planner.engines import plan_for_engine
+    from planner.export import to_llamacpp
+    from sim.plan import Budgets, Workload
+    w = Workload(batch=1, prompt_tokens=1, new_tokens=gen + 1)
+    budgets = Budgets.of(machine, vram=int(fraction * shape.total_bytes))
+    rep = plan_for_engine("llamacpp", shape, machine, w, budgets)
+    if rep.plan is None:
+        raise RuntimeError(rep.reason)
+    exp = to_llamacpp(shape, rep.plan)
+    args = ["-ngl", str(exp["ngl"])] + (["-ot", ";".join(exp["ot"])] if exp["ot"] else [])
+    return {"fraction": fraction, "vram_bytes": budgets.vram_bytes, "plan": json.loads(rep.plan.model_dump_json()),
+            "export": exp, "bench_args": args}
+
+
+def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline: float) -> None:
+    """One architecture: checkpoint, calibrate, GGUF, the -ngl sweep, then the exported plans."""
+    from benchmarks.h200_peers import prepare
+    from sim.models import load_model
+    import torch
+    ckpt, _, config, machine, entry = prepare(spec, work, "cuda" if torch.cuda.is_available() else "cpu")
+    entry.update(llamacpp=[], exported=[])
+    result["archs"].append(entry)
+    t = time.perf_counter()
+    gguf_path = ckpt.parent / "model-f16.gguf"
+    entry["gguf_bytes"] = write_gguf(ckpt, config, gguf_path, Path(a.root) / "llama.cpp" / "gguf-py")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    shape = load_model(str(gguf_path))
+    entry["gguf_shape"] = json.loads(shape.model_dump_json())
+    log(spec, "gguf", f"{entry['gguf_bytes'] / 1e9:.2f} GB", f"{time.perf_counter() - t:.0f}s")
+    save()
+    prompts = [int(p) for p in a.prompts.split(",")]
+    for ngl in a.ngl.split(","):
+        if time.perf_counter() > deadline:
+            entry["llamacpp"].append({"args": ["-ngl", ngl], "skipped": "deadline"})
+            continue
+        try:
+            entry["llamacpp"] += bench(binary, gguf_path, ["-ngl", ngl], prompts, a.gen, a.reps)
+        except Exception as exc:
+            entry["llamacpp"].append({"args": ["-ngl", ngl], "error": f"{type(exc).__name__}: {exc}"})
+            log(spec, "ngl", ngl, "FAILED", exc)
+        save()
+    for fraction in (0.35, 0.7):
+        if time.perf_counter() > deadline:
+            break
+        try:
+            exp = exported(shape, machine, fraction, a.gen)
+            exp["bench"] = bench(binary, gguf_path, exp["bench_args"], prompts[:1], a.gen, a.reps)
+            entry["exported"].append(exp)
+        except Exception as exc:
+            entry["exported"].append({"fraction": fraction, "error": f"{type(exc).__name__}: {exc}",
+                                      "trace": traceback.format_exc()[-1500:]})
+            log(spec, "exported", fraction, "FAILED", exc)
+        save()
+    gguf_path.unlink(missing_ok=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--archs", default="llama-8b:14", help="NAME[:LAYERS],... (architectures with their own head)")
+    ap.add_argument("--tarball", default=".lcpp/llama.cpp.tar.gz")
+    ap.add_argument("--root", default="/var/tmp/offloadsim-llamacpp", help="where the build is kept between calls")
+    ap.add_argument("--work", default="/tmp/offloadsim-llamacpp")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--ngl", default="0,3,6,9,12,14,15")
+    ap.add_argument("--prompts", default="128,512")
+    ap.add_argument("--gen", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-cuda", action="store_true", help="a CPU build: a smoke test on a machine without a GPU")
+    ap.add_argument("--build-timeout-s", type=float, default=450)
+    ap.add_argument("--budget-s", type=float, default=520, help="start no llama-bench run after this many seconds")
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv), "archs": []}
+
+    def save():
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1, default=float))
+        tmp.replace(out)
+    result["build"] = build(Path(a.tarball), Path(a.root), a.build_timeout_s, not a.no_cuda)
+    save()
+    if not result["build"]["ok"]:
+        log("llama.cpp not built:", result["build"].get("stage"), result["build"].get("log", "")[-800:])
+        return
+    for spec in a.archs.split(","):
+        try:
+            run_arch(spec, a, result["build"]["binary"], Path(a.work), result, save, t0 + a.budget_s)
+        except Exception as exc:
+            result["archs"].append({"arch": spec, "error": f"{type(exc).__name__}: {exc}",
+                                    "trace": traceback.format_exc()[-2000:]})
+            log(spec, "FAILED", exc)
+        save()
+    log("done", f"{time.perf_counter() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
