@@ -5,6 +5,8 @@ pydantic raises ValidationError, which the CLI turns into one sentence.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, NonNegativeFloat
 
 from hwmodels.profiles import ComputeGrid, H2DPoint
@@ -116,6 +118,10 @@ class PeerSpec(Spec):
     cpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's CPU kernels against the machine's "
                                              "CPU compute grid (offloadsim's engine, torch): a CPU-computed unit takes "
                                              "this times the grid's time.")
+    gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
+                                             "GPU compute grid of its dispatch (offloadsim's engine, torch).")
+    gpu_dispatch: Literal["eager", "graph"] = Field(default="eager", description="How its GPU kernels are launched: "
+                                                    "one by one (eager) or replayed from captured CUDA graphs.")
     mmap_reads: bool = Field(default=False, description="Weights on disk are memory-mapped and used in place: a "
                              "page-cache hit costs nothing beyond the copy or compute that touches it.")
     source: str = Field(default="idealised: no measured costs", description="Where the values come from.")
@@ -129,7 +135,9 @@ def default_peers() -> dict[str, "PeerSpec"]:
             "airllm": PeerSpec(pin_each_load=True, mmap_reads=True,
                                source="airllm 4.0 airllm_base.py (safetensors load_file maps the layer file, "
                                "pin_memory copies it, clean_memory after each layer); costs not measured on this machine"),
-            "llamacpp": PeerSpec(source="llama.cpp: CPU compute of non-offloaded layers; costs not measured")}
+            "llamacpp": PeerSpec(gpu_dispatch="graph", source="llama.cpp: -ngl placement (src/llama-model.cpp), CPU "
+                                 "compute of the other layers on the mapped file, CUDA graphs for the GPU's share "
+                                 "(GGML_CUDA_GRAPHS, on by default); costs not measured on this machine")}
 
 
 class MachineSpec(Spec):

@@ -22,19 +22,23 @@ def signature(unit: UnitShape, family: str) -> UnitSignature:
                          attn_flops_per_ctx_token=unit.attn_flops_per_ctx_token, hidden=unit.hidden)
 
 
-_FIELDS = tuple(UnitSignature.model_fields)
+_FIELDS = tuple(f for f in UnitSignature.model_fields if f != "nbytes")
 _INDEXES: dict[int, tuple] = {}
+BYTES_TOLERANCE = 0.01  # a grid serves a unit whose bytes differ by this share (norms stored as F32 in a GGUF)
 
 
-def _grid_index(grids: tuple[ComputeGrid, ...]) -> dict[tuple, ComputeGrid]:
-    """(device, signature fields) -> grid, built once per grids tuple (keyed by identity; the entry keeps the tuple
-    alive, so the identity cannot be reused while it is cached)."""
+def _grid_index(grids: tuple[ComputeGrid, ...]) -> dict[tuple, list[ComputeGrid]]:
+    """(device, dispatch, memory, signature fields but the bytes) -> grids, built once per grids tuple (keyed by
+    identity; the entry keeps the tuple alive, so the identity cannot be reused while it is cached)."""
     hit = _INDEXES.get(id(grids))
     if hit is None:
         if len(_INDEXES) > 64:
             _INDEXES.clear()
-        hit = _INDEXES[id(grids)] = (grids, {(g.device, g.dispatch, g.memory or _default_memory(g.device))
-                                             + tuple(getattr(g.unit, f) for f in _FIELDS): g for g in grids})
+        index: dict[tuple, list[ComputeGrid]] = {}
+        for g in grids:
+            key = (g.device, g.dispatch, g.memory or _default_memory(g.device)) + tuple(getattr(g.unit, f) for f in _FIELDS)
+            index.setdefault(key, []).append(g)
+        hit = _INDEXES[id(grids)] = (grids, index)
     return hit[1]
 
 
@@ -51,8 +55,9 @@ def has_pinned_cpu_grid(machine: MachineSpec) -> bool:
 
 def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str, dispatch: str = "graph",
               memory: str | None = None) -> ComputeGrid | None:
-    """The measured grid of the unit's signature on `device`, launched as `dispatch` asks, else the other way; on
-    the CPU with the weights where `memory` says (pageable or pinned RAM; default pageable), else the other."""
+    """The measured grid of the unit's signature (its bytes within BYTES_TOLERANCE: the same weights stored another
+    way, such as a GGUF's F32 norms) on `device`, launched as `dispatch` asks, else the other way; on the CPU with the
+    weights where `memory` says (pageable or pinned RAM; default pageable), else the other."""
     if not machine.compute_grids:
         return None
     index = _grid_index(machine.compute_grids)
@@ -61,9 +66,10 @@ def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str, d
     want = memory or _default_memory(device)
     mems = (want,) if device == "gpu" else (want, "pinned" if want == "pageable" else "pageable")
     for key in ((d, m) for d in (dispatch, other) for m in mems):
-        hit = index.get((device,) + key + sig)
-        if hit is not None:
-            return hit
+        near = [g for g in index.get((device,) + key + sig, ())
+                if abs(g.unit.nbytes - unit.nbytes) <= BYTES_TOLERANCE * unit.nbytes]
+        if near:
+            return min(near, key=lambda g: abs(g.unit.nbytes - unit.nbytes))
     return None
 
 

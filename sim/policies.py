@@ -136,31 +136,27 @@ def accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, budgets
 
 @register("llamacpp")
 def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
-    """-ngl N: the last N blocks (i_gpu_start = n_layer - ngl, src/llama-model.cpp) and then the output head on the
-    GPU, as many as fit; the rest computed on the CPU from the memory-mapped model file (llama.cpp's default: pageable
-    page-cache pages, or the disk when RAM is short); the token embedding always on the CPU; steps of >= 32 tokens
-    copy CPU weights to the GPU."""
+    """-ngl N: the output head and the last N-1 blocks on the GPU (src/llama-model.cpp: i_gpu_start = n_layer + 1 -
+    N, and the output is layer n_layer), as many as fit; the rest computed on the CPU from the memory-mapped model
+    file (llama.cpp's default: pageable page-cache pages, or the disk when RAM is short); the token embedding always
+    on the CPU; steps of >= 32 tokens copy CPU weights to the GPU."""
     return llamacpp_ngl(model, machine, w, budgets, None)
 
 
 def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, ngl: int | None) -> Plan:
-    """llama.cpp with `-ngl ngl` (None: as many blocks as fit, as its --fit does); ngl above the block count also
-    puts the output head on the GPU. Raises PlanError when that does not fit."""
+    """llama.cpp with `-ngl ngl` (None: as many layers as fit, as its --fit does): ngl 1 puts only the output head
+    on the GPU, n_blocks + 1 everything but the embedding. Raises PlanError when that does not fit."""
     groups = _blocks(model)
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
     gpu_left = budgets.vram_bytes - kv_cache_bytes(model, w) - activation_bytes(model, w)
     # the prefill offload streams CPU weights through one VRAM buffer sized to the largest unit
     gpu_left -= max(u.nbytes for u in model.units)
     on_gpu: set[str] = set()
-    blocks_back = groups[1:-1][::-1]  # blocks from the back; the head once every block fits
-    for g in blocks_back[:ngl]:
+    for g in [groups[-1], *groups[1:-1][::-1]][:ngl]:  # llama.cpp's layers from the back: the output, then blocks
         if ngl is None and size[g[0]] > gpu_left:
             break
         on_gpu.update(g)
         gpu_left -= size[g[0]]
-    if len(on_gpu) == sum(len(g) for g in blocks_back) and (size[groups[-1][0]] <= gpu_left if ngl is None
-                                                             else ngl > len(blocks_back)):
-        on_gpu.update(groups[-1])
     cpu_names = [u.name for u in model.units if u.name not in on_gpu]
     tiers = _host_tiers(model, cpu_names, budgets, 0, False)  # mmap: nothing pinned
     tiers.update({n: "vram" for n in on_gpu})

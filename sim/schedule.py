@@ -85,12 +85,13 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     cache = _compute_cache(model, machine)
     sch.compute_sources = compute_sources(units, machine, model.family)
 
-    dispatch = "graph" if peer is None else "eager"  # offloadsim's engine replays a CUDA graph per unit
+    dispatch = "graph" if peer is None else peer.gpu_dispatch  # offloadsim's engine replays a CUDA graph per unit
 
     gpu_exec = any(p.compute == "gpu" for p in plan.placements)  # a peer's step cost was measured on GPU runs only
     t = plan.tiers()
     memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]  # where a CPU unit reads
-    cpu_scale = peer.cpu_compute_scale if peer is not None else 1.0  # a peer's own CPU kernels against the grid
+    # a peer's own kernels against the grids
+    cpu_scale, gpu_scale = (peer.cpu_compute_scale, peer.gpu_compute_scale) if peer is not None else (1.0, 1.0)
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
@@ -98,9 +99,14 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         if key not in cache:
             cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui]) if cpu else \
                 gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch)
-        return cache[key] * cpu_scale if cpu else cache[key]
+        return cache[key] * (cpu_scale if cpu else gpu_scale)
 
     def row(ui: int, offload: bool) -> tuple:
+        # a peer's offload is decided per operation: it looks rows of a CPU-held embedding up in place (llama.cpp
+        # never offloads GET_ROWS), and its head sees one token per sequence (the last position's logits)
+        kind = units[ui].kind
+        if peer is not None and (kind == "embedding" or kind == "lm_head" and w.batch < (plan.gpu_offload_min_tokens or 0)):
+            offload = False
         return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload)
 
     rows = {False: [row(i, False) for i in range(len(units))]}

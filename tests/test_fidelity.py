@@ -254,3 +254,15 @@ def test_expected_expert_use_prices_experts_with_the_models_grids(toy_machine):
     assert u.uses[experts].sum() > 0
     assert u.gpu_s[experts] == pytest.approx(0.5 * u.uses[experts])
     assert u.cpu_s[experts] == pytest.approx(0.5 * u.uses[experts])
+
+
+def test_grid_serves_the_same_weights_stored_slightly_differently(toy_machine):
+    """A GGUF stores norms as F32, so its layer is a few KB larger than the checkpoint layer the grid was timed on:
+    a grid serves units whose bytes are within 1% (the nearest grid when two could), not a quantised layer."""
+    m = toy_model((1000, 1004, 1100))
+    machine = toy_machine.model_copy(update={"compute_grids": (grid_for(m.units[0]),)})
+    assert gpu_compute_s(m.units[1], machine, 1, 15, 0, "toy") == pytest.approx(1.5)        # 0.4% more bytes: the grid
+    assert gpu_compute_s(m.units[2], machine, 1, 1, 0, "toy") == pytest.approx(1100 / 10)     # 10% more: the roofline
+    near = grid_for(m.units[1], prefill_s=((5.0, 6.0), (7.0, 8.0)))
+    both = toy_machine.model_copy(update={"compute_grids": (grid_for(m.units[0]), near)})
+    assert gpu_compute_s(m.units[1], both, 1, 10, 0, "toy") == pytest.approx(5.0)

@@ -119,8 +119,14 @@ def test_llamacpp_ngl_extremes():
     all_ = llamacpp_ngl(LLAMA6, m, W, b, LLAMA6.n_blocks + 1)
     on_gpu = [p.unit for p in all_.placements if p.tier == "vram"]
     assert on_gpu == [u.name for u in LLAMA6.units if u.kind != "embedding"]  # the embedding stays on the CPU
-    two = llamacpp_ngl(LLAMA6, m, W, b, 2)
-    assert [p.unit for p in two.placements if p.tier == "vram"] == [u.name for u in LLAMA6.units if u.kind == "decoder"][-2:]
+    # llama.cpp counts the output layer first (i_gpu_start = n_layer + 1 - ngl): -ngl 1 is the head alone, -ngl 3
+    # the head and the last two blocks
+    head = [u.name for u in LLAMA6.units if u.kind == "lm_head"]
+    one = llamacpp_ngl(LLAMA6, m, W, b, 1)
+    assert [p.unit for p in one.placements if p.tier == "vram"] == head
+    three = llamacpp_ngl(LLAMA6, m, W, b, 3)
+    decoders = [u.name for u in LLAMA6.units if u.kind == "decoder"]
+    assert [p.unit for p in three.placements if p.tier == "vram"] == decoders[-2:] + head
 
 
 def test_mapped_hits_cost_the_hosts_map_speed(toy_machine):
@@ -150,3 +156,53 @@ def test_engine_candidates_ranked_by_the_objective():
     from planner.engines import _score
     s, w = {"ttft_s": 2.0, "time_per_token_s": 0.5}, Workload(new_tokens=5)
     assert _score(s, w, "token") == 0.5 and _score(s, w, "total") == 4.0
+
+
+def _llamacpp(toy_machine, tiers, **spec):
+    from sim.policies import make_plan
+    model = toy_model((4, 8, 2))
+    m = with_peer(toy_machine, "llamacpp", PeerSpec(**spec))
+    names = ["l0", "l1", "l2"]
+    plan = make_plan(model, m, "llamacpp", dict(zip(names, tiers)),
+                     {n: "cpu" for n, t in zip(names, tiers) if t != "vram"}, prefetch_depth=0, overlap_copy=False,
+                     vram_slots=1, pinned_slots=0, pinned_staging=False, engine="llamacpp")
+    return model, m, plan
+
+
+def test_llamacpp_kernel_scales_hand_worked(toy_machine):
+    """l0 on the CPU (4 B at 5 B/s = 0.8 s, x 0.5), l1 and l2 on the GPU (8 B and 2 B at 10 B/s = 1.0 s, x 2):
+    0.4 + 2.0 = 2.4 s per token; at scale 1 it is 1.8 s."""
+    model, m, plan = _llamacpp(toy_machine, ["ram_pageable", "vram", "vram"], cpu_compute_scale=0.5,
+                               gpu_compute_scale=2.0)
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(2.4)
+    assert simulate(model, m, plan, W, BIG).summary["time_per_token_s"] == pytest.approx(2.4)
+    model, m, plan = _llamacpp(toy_machine, ["ram_pageable", "vram", "vram"])
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(1.8)
+
+
+def test_fit_recovers_known_kernel_scales(toy_machine):
+    """Runs 'measured' all on the CPU and all on the GPU with scales 0.6 and 0.7 give back those scales."""
+    truth = PeerSpec(cpu_compute_scale=0.6, gpu_compute_scale=0.7)
+    runs = []
+    for tiers in (["ram_pageable"] * 3, ["vram"] * 3):
+        model, m, plan = _llamacpp(toy_machine, tiers, **truth.model_dump(exclude={"source"}))
+        s = fast_simulate(model, m, plan, W, BIG)
+        runs.append((model, toy_machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], s["ttft_s"])))
+    got = fit("llamacpp", runs, "test")
+    assert got.cpu_compute_scale == pytest.approx(0.6, rel=1e-3) and got.gpu_compute_scale == pytest.approx(0.7, rel=1e-3)
+
+
+def test_llamacpp_offloads_large_steps_per_operation():
+    """A 128-token prompt with every layer on the CPU: llama.cpp copies the blocks' weights to the GPU for the
+    prefill, but looks the embedding up in place and computes the head for the last position only (batch 1 < 32);
+    at batch 32 the head is offloaded too, and so is every decode step (32 tokens); at batch 1 decode copies nothing."""
+    from hwmodels.presets import load_machine
+    m = load_machine("h200-testbox")
+    for batch, head_copied in ((1, False), (32, True)):
+        w = Workload(batch=batch, prompt_tokens=128, new_tokens=2)
+        plan = llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), 0)
+        sch = build_schedule(LLAMA6, m, plan, w, Budgets.of(m))
+        kinds = [LLAMA6.units[int(u)].kind for u in sch.unit]
+        first = {k: float(c) for k, c, s in zip(kinds, sch.copy_s, sch.step) if s == 0}
+        assert first["embedding"] == 0 and first["decoder"] > 0 and (first["lm_head"] > 0) == head_copied
+        assert all((c == 0) == (batch == 1) for c, s, k in zip(sch.copy_s, sch.step, kinds) if s == 1 and k == "decoder")

@@ -18,8 +18,8 @@ from sim.plan import Budgets, Plan, Workload
 from sim.shapes import ModelShape, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s"), "airllm": ("load_unit_s",),
-          "llamacpp": ("step_s", "cpu_compute_scale")}
-SCALES = {"cpu_compute_scale"}  # multipliers (neutral 1, fitted from 1) rather than costs (neutral 0, from the nnls)
+          "llamacpp": ("cpu_compute_scale", "gpu_compute_scale")}
+SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers (neutral 1, fitted from 1) rather than costs (neutral 0, from the nnls)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     A = np.array([features(model, r, costs) for model, _, r in runs])
     b = np.array([r.measured_tpot_s - predict(model, with_peer(m, engine, base), r)["time_per_token_s"]
                   for model, m, r in runs])
-    x_costs, _ = nnls(A, np.maximum(b, 0.0))
+    x_costs = nnls(A, np.maximum(b, 0.0))[0] if costs else np.zeros(0)  # scipy's nnls aborts on zero columns
     start = dict(zip(costs, x_costs))
     x0 = np.array([start.get(p, 1.0) for p in params])
     lower = np.array([0.05 if p in SCALES else 0.0 for p in params])  # a scale stays positive

@@ -1,0 +1,122 @@
+"""Predicted against measured for llama.cpp (issue 11), from files written by benchmarks/h200_llamacpp.py.
+
+Every llama-bench record becomes a run of the llama.cpp engine model: the placement `-ngl N` gives
+(`sim.policies.llamacpp_ngl`, or the exported plan as recorded), on the machine profile calibrated in the same call
+and the GGUF's own shape. A generation test (G tokens from an empty context) is compared by its time per token, a
+prompt-processing test (P tokens) by its time to the first token. The engine's costs (a per-token step cost and the
+scale of its CPU kernels against the CPU grid, validate/peer_calibration.py) are fitted on the generation tests of
+the first architecture at the smallest and the largest -ngl only; every other record is held out.
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-a.json [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from hwmodels.specs import MachineSpec
+from sim.plan import Budgets, Plan, Workload
+from sim.policies import llamacpp_ngl
+from sim.shapes import ModelShape
+from validate.peer_calibration import PeerRun, fit, predict, with_peer
+
+
+def budgets(machine: MachineSpec) -> Budgets:
+    """The machine's whole GPU and 100 GiB of RAM, nothing pinned (llama.cpp maps the model file)."""
+    return Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
+
+
+def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None, label: str) -> PeerRun:
+    """One llama-bench record as a run: a generation test predicts its time per token (the mean of the measured
+    total over G tokens), a prompt test its first token."""
+    gen = rec["n_gen"] > 0
+    w = Workload(batch=1, prompt_tokens=1 if gen else rec["n_prompt"], new_tokens=rec["n_gen"] + 1 if gen else 1)
+    b = budgets(machine)
+    plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"])
+    t = rec["avg_ns"] / 1e9
+    return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t)
+
+
+def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, dict, PeerRun]]:
+    """(kind, record, run) for every record: kind 'ngl' for the sweep, 'exported' for the planner's -ot plans."""
+    out = []
+    for rec in entry["llamacpp"]:
+        if "avg_ns" in rec:
+            out.append(("ngl", rec, run_of(rec, shape, machine, None, f"-ngl {rec['n_gpu_layers']}")))
+    for exp in entry["exported"]:
+        if "error" in exp:
+            continue
+        plan = Plan.model_validate(exp["plan"]).model_copy(update={"engine": "llamacpp"})
+        for rec in exp["bench"]:
+            out.append(("exported", dict(rec, fraction=exp["fraction"]),
+                        run_of(rec, shape, machine, plan, f"exported plan, GPU {exp['fraction']:.0%}")))
+    return out
+
+
+def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
+    return kind == "ngl" and rec["n_gen"] > 0 and rec["n_gpu_layers"] in (min(ngls), max(ngls))
+
+
+def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
+    out = []
+    for f in files:
+        for e in json.loads(Path(f).read_text())["archs"]:
+            if "error" in e or "gguf_shape" not in e:
+                continue
+            shape = ModelShape.model_validate(e["gguf_shape"])
+            machine = MachineSpec.model_validate({k: v for k, v in e["profile"]["machine"].items() if k != "peers"})
+            out.append((dict(e, file=Path(f).name), shape, machine, runs_of(e, shape, machine)))
+    return out
+
+
+def rows_of(loaded, spec) -> list[dict]:
+    rows = []
+    for i, (e, shape, machine, runs) in enumerate(loaded):
+        ngls = [r.get("n_gpu_layers") for k, r, _ in runs if k == "ngl"]
+        m = with_peer(machine, "llamacpp", spec)
+        for kind, rec, run in runs:
+            s = predict(shape, m, run)
+            gen = rec["n_gen"] > 0
+            pred, meas = (s["time_per_token_s"], run.measured_tpot_s) if gen else (s["ttft_s"], run.measured_ttft_s)
+            rows.append({"file": e["file"], "arch": e["arch"], "run": run.label, "test": f"tg{rec['n_gen']}" if gen
+                         else f"pp{rec['n_prompt']}", "ngl": rec["n_gpu_layers"], "ot": rec.get("tensor_buft_overrides"),
+                         "threads": rec.get("n_threads"), "calibration": i == 0 and is_calibration(kind, rec, ngls),
+                         "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
+                         "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
+                         "stddev_pct": 100 * rec["stddev_ns"] / rec["avg_ns"]})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    loaded = load(a.files)
+    cal = [(shape, machine, run) for e, shape, machine, runs in loaded[:1] for kind, rec, run in runs
+           if is_calibration(kind, rec, [r.get("n_gpu_layers") for k, r, _ in runs if k == "ngl"])]
+    src = (f"[M] measured: fitted on {len(cal)} llama-bench generation runs ({', '.join(r.label for _, _, r in cal)}) "
+           f"on the H200 test machine ({', '.join(Path(f).name for f in a.files)}; benchmarks/h200_llamacpp.py, "
+           "llamacpp_report.py)")
+    spec = fit("llamacpp", cal, src)
+    print("llamacpp fitted:", {k: v for k, v in spec.model_dump().items() if isinstance(v, float)})
+    rows = rows_of(loaded, spec)
+    print("| arch | run | test | -ngl | CPU units | used to fit | predicted / measured (s) | err | run-to-run sd |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['arch']} | {r['run']} | {r['test']} | {r['ngl']} | {r['cpu_units']} | "
+              f"{'yes' if r['calibration'] else ''} | {r['predicted_s']:.4f} / {r['measured_s']:.4f} | "
+              f"{r['error_pct']:+.1f}% | {r['stddev_pct']:.1f}% |")
+    summary = {}
+    for test in ("tg", "pp"):
+        errs = [abs(r["error_pct"]) for r in rows if not r["calibration"] and r["test"].startswith(test)]
+        summary[test] = {"runs": len(errs), "median_abs_error_pct": statistics.median(errs) if errs else None,
+                         "worst_abs_error_pct": max(errs) if errs else None}
+        print(f"held out, {test}: {summary[test]}")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"fitted": spec.model_dump(), "held_out": summary, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
