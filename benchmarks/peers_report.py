@@ -1,8 +1,9 @@
 """Predicted against measured for the peer engines (issue 11), from files written by benchmarks/h200_peers.py.
 
 For every recorded run it builds the plan the engine ran (Accelerate: from the device map Accelerate chose; AirLLM:
-its one plan), fits each engine's host costs on its calibration runs only (the first architecture's all-GPU and
-60%-budget batch-1 Accelerate runs, its warm batch-1 AirLLM run: validate/peer_calibration.py), predicts every other
+its one plan), fits each engine's host costs on its calibration runs only (each architecture's all-GPU, 60%- and
+30%-budget batch-1 Accelerate runs, the last computing on the CPU, and its warm batch-1 AirLLM run:
+validate/peer_calibration.py), predicts every other
 run with those costs and the machine profile calibrated in the same call, and checks the placement model (our
 `accelerate` policy given the same max_memory) against the map Accelerate chose.
 Run: python benchmarks/peers_report.py docs/peers/peers-a.json [--json OUT]
@@ -22,7 +23,7 @@ from sim.shapes import ModelShape
 from validate.peer_calibration import PeerRun, fit, predict, with_peer
 
 # every architecture's runs of these kinds fit the costs; all other runs are held out
-CALIBRATION = {("accelerate", "all GPU", 1), ("accelerate", "GPU 60%", 1), ("airllm", "warm", 1)}
+CALIBRATION = {("accelerate", "all GPU", 1), ("accelerate", "GPU 60%", 1), ("accelerate", "GPU 30%", 1), ("airllm", "warm", 1)}
 DEVICE = {"0": "vram", "cuda:0": "vram", "cpu": "ram_pageable", "disk": "disk_raw"}
 
 

@@ -17,7 +17,7 @@ from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.shapes import ModelShape, param_modules
 
-PARAMS = {"accelerate": ("step_s", "load_module_s"), "airllm": ("load_unit_s",),
+PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("cpu_compute_scale", "gpu_compute_scale")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers (neutral 1, fitted from 1) rather than costs (neutral 0, from the nnls)
 
