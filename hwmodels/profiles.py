@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 
 class _Spec(BaseModel):
@@ -42,6 +42,9 @@ class ComputeGrid(_Spec):
     prefill_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][prompt length].")
     decode_context: tuple[PositiveInt, ...] = Field(description="Cache lengths measured for one new token, ascending.")
     decode_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][context].")
+    spread: NonNegativeFloat | None = Field(
+        default=None, description="When the grid is the median of repeated rounds: the median over its points of "
+                                  "(slowest - fastest) / median, the host's own repeatability while it was timed.")
     source: str = Field(default="", description="Machine, date and method of the measurement.")
 
     @model_validator(mode="after")

@@ -117,7 +117,7 @@ class PeerSpec(Spec):
                                 "a host memcpy; PyTorch's caching host allocator reuses the pinned blocks).")
     cpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's CPU kernels against the machine's "
                                              "CPU compute grid (offloadsim's engine, torch): a CPU-computed unit takes "
-                                             "this times the grid's time.")
+                                             "this times the grid's time (a roofline, a bound, is not scaled).")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch).")
     gpu_dispatch: Literal["eager", "graph"] = Field(default="eager", description="How its GPU kernels are launched: "

@@ -266,3 +266,39 @@ def test_grid_serves_the_same_weights_stored_slightly_differently(toy_machine):
     near = grid_for(m.units[1], prefill_s=((5.0, 6.0), (7.0, 8.0)))
     both = toy_machine.model_copy(update={"compute_grids": (grid_for(m.units[0]), near)})
     assert gpu_compute_s(m.units[1], both, 1, 10, 0, "toy") == pytest.approx(5.0)
+
+
+def test_repeated_grid_rounds_give_the_median_and_the_spread():
+    """Three rounds whose decode point (b1, ctx 10) read 0.10, 0.12, 0.09 s: the grid keeps 0.10 s; that point's
+    spread is (0.12 - 0.09) / 0.10 = 0.3, every other point repeats exactly (spread 0), so the grid's is 0."""
+    from validate.compute_grid import median_grids
+    u = toy_model().units[0]
+    rounds = [[grid_for(u, decode_s=((d, 0.3), (0.2, 0.6)))] for d in (0.10, 0.12, 0.09)]
+    (g,) = median_grids(rounds)
+    assert g.decode_s == ((0.10, 0.3), (0.2, 0.6)) and g.prefill_s == ((1.0, 2.0), (3.0, 4.0)) and g.spread == 0.0
+    noisy = [[grid_for(u, decode_s=((d, 0.3 * k), (0.2, 0.6)))] for d, k in ((0.10, 1.0), (0.12, 1.2), (0.09, 0.9))]
+    (g,) = median_grids(noisy)  # two of eight points now spread by 0.3: the median over points is still 0
+    assert g.spread == 0.0 and g.decode_s[0] == pytest.approx((0.10, 0.3))
+    # every point of three rounds at 0.95x, 1x and 1.05x: each point spreads by 0.10, and so does the grid
+    scaled = [[grid_for(u, prefill_s=((k, 2 * k), (3 * k, 4 * k)), decode_s=((0.1 * k, 0.3 * k), (0.2 * k, 0.6 * k)))]
+              for k in (1.05, 0.95, 1.0)]
+    (g,) = median_grids(scaled)
+    assert g.spread == pytest.approx(0.10) and g.prefill_s[1] == pytest.approx((3.0, 4.0))
+    with pytest.raises(ValueError, match="same grids"):
+        median_grids([[grid_for(u)], [grid_for(u, device="cpu")]])
+
+
+def test_cpu_grids_interleave_pageable_and_pinned_rounds(monkeypatch):
+    """calibrate times the CPU grids pageable, pinned, pageable, pinned, ... and keeps each point's median."""
+    import validate.compute_grid as cg
+    from validate.calibrate import cpu_grids
+    u = toy_model().units[0]
+    calls = []
+
+    def fake(config, machine, device, memory, **kw):
+        calls.append(memory)
+        return [grid_for(u, device="cpu", memory=memory, decode_s=((0.1 * len(calls), 0.3), (0.2, 0.6)))]
+    monkeypatch.setattr(cg, "measure_grids", fake)
+    got = cpu_grids({}, None, {}, 3)
+    assert calls == ["pageable", "pinned"] * 3
+    assert [(g.memory, g.decode_s[0][0]) for g in got] == [("pageable", pytest.approx(0.3)), ("pinned", pytest.approx(0.4))]

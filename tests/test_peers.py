@@ -169,25 +169,43 @@ def _llamacpp(toy_machine, tiers, **spec):
     return model, m, plan
 
 
+def _grids(model, times: dict[str, tuple[str, float]]) -> tuple:
+    """Flat measured grids: unit -> (device, seconds at every point)."""
+    from hwmodels.profiles import ComputeGrid
+    from sim.compute import signature
+    return tuple(ComputeGrid(unit=signature(model.unit(n), "toy"), device=dev, dispatch="eager", batch=(1, 4),
+                             prefill_tokens=(1, 8), prefill_s=((t, t), (t, t)), decode_context=(1, 8),
+                             decode_s=((t, t), (t, t))) for n, (dev, t) in times.items())
+
+
 def test_llamacpp_kernel_scales_hand_worked(toy_machine):
-    """l0 on the CPU (4 B at 5 B/s = 0.8 s, x 0.5), l1 and l2 on the GPU (8 B and 2 B at 10 B/s = 1.0 s, x 2):
-    0.4 + 2.0 = 2.4 s per token; at scale 1 it is 1.8 s."""
-    model, m, plan = _llamacpp(toy_machine, ["ram_pageable", "vram", "vram"], cpu_compute_scale=0.5,
-                               gpu_compute_scale=2.0)
+    """Measured grids: l0 on the CPU 0.8 s (x 0.5), l1 and l2 on the GPU 0.8 s and 0.2 s (x 2): 0.4 + 2.0 = 2.4 s per
+    token; at scale 1 it is 1.8 s. On the roofline (no grid) the scales do not apply: a bound is not beaten."""
+    model = toy_model((4, 8, 2))
+    grids = _grids(model, {"l0": ("cpu", 0.8), "l1": ("gpu", 0.8), "l2": ("gpu", 0.2)})
+    measured = toy_machine.model_copy(update={"compute_grids": grids})
+    tiers = ["ram_pageable", "vram", "vram"]
+    model, m, plan = _llamacpp(measured, tiers, cpu_compute_scale=0.5, gpu_compute_scale=2.0)
     assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(2.4)
     assert simulate(model, m, plan, W, BIG).summary["time_per_token_s"] == pytest.approx(2.4)
-    model, m, plan = _llamacpp(toy_machine, ["ram_pageable", "vram", "vram"])
+    model, m, plan = _llamacpp(measured, tiers)
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(1.8)
+    model, m, plan = _llamacpp(toy_machine, tiers, cpu_compute_scale=0.5, gpu_compute_scale=2.0)
     assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(1.8)
 
 
 def test_fit_recovers_known_kernel_scales(toy_machine):
     """Runs 'measured' all on the CPU and all on the GPU with scales 0.6 and 0.7 give back those scales."""
     truth = PeerSpec(cpu_compute_scale=0.6, gpu_compute_scale=0.7)
+    model = toy_model((4, 8, 2))
+    grids = _grids(model, {n: ("cpu", 1.0) for n in ("l0", "l1", "l2")}) + \
+        _grids(model, {n: ("gpu", 0.5) for n in ("l0", "l1", "l2")})
+    machine = toy_machine.model_copy(update={"compute_grids": grids})
     runs = []
     for tiers in (["ram_pageable"] * 3, ["vram"] * 3):
-        model, m, plan = _llamacpp(toy_machine, tiers, **truth.model_dump(exclude={"source"}))
+        model, m, plan = _llamacpp(machine, tiers, **truth.model_dump(exclude={"source"}))
         s = fast_simulate(model, m, plan, W, BIG)
-        runs.append((model, toy_machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], s["ttft_s"])))
+        runs.append((model, machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], s["ttft_s"])))
     got = fit("llamacpp", runs, "test")
     assert got.cpu_compute_scale == pytest.approx(0.6, rel=1e-3) and got.gpu_compute_scale == pytest.approx(0.7, rel=1e-3)
 

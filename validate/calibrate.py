@@ -243,6 +243,21 @@ def contention(config: dict, machine, cuda: bool) -> dict:
     return {"cpu_decoder_alone_s": alone, "cpu_decoder_beside_copies_s": busy, "factor": max(busy / alone, 1.0)}
 
 
+CPU_ROUNDS = 3  # the CPU grids are the median of this many rounds, pageable and pinned interleaved
+
+
+def cpu_grids(config: dict, machine, grid: dict, rounds: int) -> list:
+    """CPU grids with the weights in pageable and in pinned RAM (a plan's CPU layers read from either), timed in
+    `rounds` interleaved rounds (pageable, pinned, pageable, ...) so that both see the same host drift, each point
+    the median over the rounds."""
+    from validate.compute_grid import measure_grids, median_grids
+    per: dict[str, list] = {"pageable": [], "pinned": []}
+    for _ in range(rounds):
+        for memory, got in per.items():
+            got.append(measure_grids(config, machine, "cpu", memory=memory, **grid))
+    return [g for got in per.values() for g in median_grids(got)]
+
+
 def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eager: bool = True) -> dict:
     from validate.compute_grid import measure_grids
     m = load_machine(base)
@@ -273,9 +288,8 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eag
                 meas["grids"] = [g.model_dump() for g in measure_grids(config, m, "gpu", **(gpu_grid if cuda else cpu_grid))]
                 if cuda and eager:  # the peers launch every kernel themselves
                     meas["grids"] += [g.model_dump() for g in measure_grids(config, m, "gpu", graphs=False, **gpu_grid)]
-            elif step == "grid-cpu":
-                for memory in ("pageable", "pinned") if cuda else ():  # a plan's CPU layers read from either
-                    meas["grids"] += [g.model_dump() for g in measure_grids(config, m, "cpu", memory=memory, **cpu_grid)]
+            elif step == "grid-cpu" and cuda:
+                meas["grids"] += [g.model_dump() for g in cpu_grids(config, m, cpu_grid, CPU_ROUNDS)]
             elif step == "contention":
                 meas["contention"] = contention(config, m, cuda) if cuda else None
     return meas

@@ -131,3 +131,24 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
                                decode_context=tuple(p + new_tokens - 1 for p in prompts), decode_s=tuple(map(tuple, dec[u.kind].tolist())),
                                source=src))
     return out
+
+
+def median_grids(rounds: list[list[ComputeGrid]]) -> list[ComputeGrid]:
+    """Grids timed in several rounds (the same units, device, dispatch and memory in each) -> one grid per unit:
+    every point the median over the rounds, `spread` the median over points of (slowest - fastest) / median. The
+    host's CPU speed drifts by tens of percent within minutes (docs/validation.md), so a single round is a snapshot."""
+    out = []
+    for i, first in enumerate(rounds[0]):
+        same = [r[i] for r in rounds]
+        if any((g.unit, g.device, g.dispatch, g.memory) != (first.unit, first.device, first.dispatch, first.memory)
+               for g in same):
+            raise ValueError("median_grids: the rounds must time the same grids in the same order")
+        pre = np.array([g.prefill_s for g in same])
+        dec = np.array([g.decode_s for g in same])
+        both = np.concatenate([pre.reshape(len(same), -1), dec.reshape(len(same), -1)], axis=1)
+        spread = float(np.median((both.max(0) - both.min(0)) / np.median(both, 0)))
+        out.append(first.model_copy(update={
+            "prefill_s": tuple(map(tuple, np.median(pre, 0).tolist())),
+            "decode_s": tuple(map(tuple, np.median(dec, 0).tolist())), "spread": spread,
+            "source": f"{first.source}; median of {len(same)} interleaved rounds (spread {spread:.1%})"}))
+    return out
