@@ -12,6 +12,7 @@ from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.attribution import stall_attribution
 from sim.critical import critical_path, path_breakdown
 from sim.events import write_chrome_trace
+from sim.interval import cpu_range
 from sim.pipeline import rules
 from sim.plan import Plan
 from sim.policies import get_policy
@@ -43,6 +44,11 @@ def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
                      "run 'offloadsim calibrate --model MODEL' on it for measured compute)")
     elif models:
         lines.append("compute model        measured grids (calibrate)")
+    rng = s.get("cpu_range")
+    if rng:
+        lo, hi = rng["time_per_token_s"]
+        lines.append(f"CPU repeatability    the CPU grids moved by {rng['spread']:.0%} while calibrate timed them: "
+                     f"{lo:.4f}-{hi:.4f} s per token")
     if attrib:
         lines.append("if resident (time per token saved):")
         lines += [f"  {a['unit']:<44} {a['tier']:<13} {a['gain_s']:8.4f} s" for a in attrib]
@@ -63,6 +69,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     policy = args.policy if args.policy is not None else "stream"
     plan = Plan.load(args.plan) if args.plan is not None else get_policy(policy)(model, machine, w, budgets)
     res = simulate(model, machine, plan, w, budgets)
+    res.summary["cpu_range"] = cpu_range(model, machine, plan, w, budgets)
     events = list(res.events)
     pipeline = (res.schedule, rules(res.schedule, plan.prefetch_depth, plan.overlap_copy, plan.vram_slots, plan.pinned_slots))
     path = critical_path(events, plan.prefetch_depth, pipeline)

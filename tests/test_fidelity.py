@@ -302,3 +302,22 @@ def test_cpu_grids_interleave_pageable_and_pinned_rounds(monkeypatch):
     got = cpu_grids({}, None, {}, 3)
     assert calls == ["pageable", "pinned"] * 3
     assert [(g.memory, g.decode_s[0][0]) for g in got] == [("pageable", pytest.approx(0.3)), ("pinned", pytest.approx(0.4))]
+
+
+def test_cpu_range_spans_the_measured_spread(toy_machine):
+    """l0 on the CPU from a grid timed in rounds that spread by 20% (0.8 s a step), l1 and l2 on the GPU (0.8 + 0.2 s
+    by the roofline): 1.8 s per token, from 0.8 x 0.9 + 1.0 = 1.72 s to 0.8 x 1.1 + 1.0 = 1.88 s. Timed once (no
+    spread), or with nothing on the CPU, there is no range."""
+    from sim.interval import cpu_range
+    from sim.simulate import fast_simulate
+    m = toy_model((4, 8, 2))
+    g = grid_for(m.units[0], device="cpu", prefill_s=((0.8, 0.8), (0.8, 0.8)), decode_s=((0.8, 0.8), (0.8, 0.8)))
+    base = toy_plan(m, ["ram_pageable", "vram", "vram"])
+    cpu = base.placements[0].model_copy(update={"compute": "cpu"})
+    plan = base.model_copy(update={"placements": (cpu, *base.placements[1:])})
+    machine = toy_machine.model_copy(update={"compute_grids": (g.model_copy(update={"spread": 0.2}),)})
+    assert fast_simulate(m, machine, plan, ONE, BIG)["time_per_token_s"] == pytest.approx(1.8)
+    r = cpu_range(m, machine, plan, ONE, BIG)
+    assert r["spread"] == pytest.approx(0.2) and r["time_per_token_s"] == pytest.approx((1.72, 1.88))
+    assert cpu_range(m, toy_machine.model_copy(update={"compute_grids": (g,)}), plan, ONE, BIG) is None
+    assert cpu_range(m, machine, toy_plan(m, "vram"), ONE, BIG) is None
