@@ -11,14 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from planner.evaluator import Evaluator
-from planner.milp import solve
+from planner.milp import MilpResult, solve
 from planner.candidates import unit_groups
-from planner.options import OPTIONS, RESOURCES, OptionCosts
+from planner.options import OPTIONS, RESOURCES, OptionCosts, per_size
 from sim.equations import copy_time_s
 from sim.memory import activation_bytes, kv_cache_bytes
 
 MODES = ("none", "prefill", "all")
 ROUND = 1e-3   # work rounded down to this relative grid before grouping: still a bound, far fewer groups
+SKIP_MARGIN = 1e-4   # a relaxation this much above the least bound (relative; and 1e-6 s) skips its program
 
 
 def _phase_sums(ev: Evaluator) -> dict[str, np.ndarray]:
@@ -32,15 +33,16 @@ def _phase_sums(ev: Evaluator) -> dict[str, np.ndarray]:
     return out
 
 
-def bound_costs(ev: Evaluator, mode: str) -> OptionCosts:
-    """Each option's least work per resource over the request, with CPU units offloaded to the GPU in `mode`."""
+def bound_costs(ev: Evaluator, mode: str, ph: dict[str, np.ndarray]) -> OptionCosts:
+    """Each option's least work per resource over the request, with CPU units offloaded to the GPU in `mode`;
+    `ph`: `_phase_sums(ev)`."""
     m, w, codec = ev.machine, ev.w, ev.codec
-    ph, nb = _phase_sums(ev), ev.nb
+    nb = ev.nb
     n, k = len(nb), len(OPTIONS)
     st = m.storage
     ratio = codec.ratio if codec else 1.0
-    copy_pin = np.array([copy_time_s(b, m, True) for b in nb])
-    copy_page = np.array([copy_time_s(b, m, False) for b in nb])
+    copy_pin = per_size(nb, copy_time_s, m, True)
+    copy_page = per_size(nb, copy_time_s, m, False)
     copy_any = np.minimum(copy_pin, copy_page)  # staged tiers copy from pinned buffers or, without staging, pageable
     work = {r: np.zeros((n, k)) for r in RESOURCES}
     vram, pinned, ram, disk = (np.zeros((n, k)) for _ in range(4))
@@ -78,17 +80,30 @@ def bound_costs(ev: Evaluator, mode: str) -> OptionCosts:
 
 
 def lower_bound(ev: Evaluator, options: list[tuple[str, str]], time_limit_s: float = 5.0) -> float:
-    """The least total time any plan over `options` can reach at the evaluator's budgets (NaN if none fits)."""
+    """The least total time any plan over `options` can reach at the evaluator's budgets (NaN if none fits).
+    A mode's linear relaxation is below its integer program's dual bound, so a mode whose relaxation is above the
+    least bound found (with a margin for the solver's tolerances) cannot lower it: its integer program is skipped."""
     b = ev.budgets
     free = b.vram_bytes - kv_cache_bytes(ev.model, ev.w) - activation_bytes(ev.model, ev.w)
     modes = MODES if any(d == "cpu" for _, d in options) else ("none",)
-    best = float("nan")
+    ph = _phase_sums(ev)
+    programs = []
     for mode in modes:
-        costs = bound_costs(ev, mode)
+        costs = bound_costs(ev, mode, ph)
         costs.allowed[:, [j for j, o in enumerate(OPTIONS) if o not in options]] = False
-        gs = unit_groups(costs)
-        res = solve(costs, gs, free, b.pinned_bytes, b.ram_bytes, free, False, time_limit_s=time_limit_s,
-                    integral=len(gs) <= 400, rel_gap=0.01)
+        programs.append((costs, unit_groups(costs)))
+
+    def bound(costs: OptionCosts, gs: list[np.ndarray], integral: bool) -> MilpResult:
+        return solve(costs, gs, free, b.pinned_bytes, b.ram_bytes, free, False, time_limit_s=time_limit_s,
+                     integral=integral, rel_gap=0.01)
+
+    relaxed = [bound(costs, gs, False) for costs, gs in programs]
+    best = float("nan")
+    for i in sorted(range(len(programs)), key=lambda i: relaxed[i].bound_s):
+        if not relaxed[i].feasible or relaxed[i].bound_s > best * (1 + SKIP_MARGIN) + 1e-6:
+            continue  # infeasible, or above the least bound (false while best is NaN)
+        costs, gs = programs[i]
+        res = bound(costs, gs, True) if len(gs) <= 400 else relaxed[i]
         if res.feasible and not res.bound_s >= best:
             best = res.bound_s
     return best

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 
 from planner.milp import solve
-from planner.options import OPTIONS, OptionCosts, groups, option_costs
+from planner.options import OPTIONS, OptionCosts, groups, option_costs, row_classes
 from planner.search import spread
 from sim.memory import activation_bytes, kv_cache_bytes
 
@@ -19,16 +19,14 @@ def unit_groups(costs: OptionCosts) -> list[np.ndarray]:
     order (its scale is a maximum over rows, the same over the distinct ones), 0.2 s less per call for 15,000 units."""
     arrays = [*costs.work.values(), costs.vram, costs.pinned, costs.ram, costs.disk, costs.allowed,
               costs.nbytes[:, None]]
-    rows = np.ascontiguousarray(np.concatenate([a.astype(float) for a in arrays], axis=1))
-    _, first, inverse = np.unique(rows.view(np.dtype((np.void, rows.strides[0]))).ravel(), return_index=True,
-                                  return_inverse=True)
+    first, inverse = row_classes(np.concatenate([a.astype(float) for a in arrays], axis=1))
     order = np.argsort(first)                       # distinct rows in model order
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     reps = first[order]
     sub = OptionCosts({r: w[reps] for r, w in costs.work.items()}, costs.vram[reps], costs.pinned[reps],
                       costs.ram[reps], costs.disk[reps], costs.allowed[reps], costs.nbytes[reps])
-    row_rank = rank[inverse.ravel()]
+    row_rank = rank[inverse]
     return [np.flatnonzero(np.isin(row_rank, g)) for g in groups(sub)]
 
 
@@ -62,9 +60,8 @@ def milp_candidates(model, machine, w, budgets, use, codec, options) -> list[np.
                     if not res.feasible:
                         continue
                     assign = np.zeros(len(model.units), dtype=np.int64)
-                    for g, counts in zip(gs, res.counts):
-                        opts = spread({OPTIONS[j]: int(n) for j, n in enumerate(counts)}, len(g))
-                        assign[g] = [OPTIONS.index(o) for o in opts]
+                    for g, counts in zip(gs, res.counts):  # OPTIONS indices, evenly spread over the group
+                        assign[g] = spread({j: int(n) for j, n in enumerate(counts)}, len(g))
                     key = tuple(assign.tolist())
                     if key not in seen:
                         seen.add(key)

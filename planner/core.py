@@ -6,6 +6,8 @@ exists only as a safety net and is reported (`PlanReport.stopped`) when it fires
 """
 from __future__ import annotations
 
+import functools
+import gc
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from hwmodels.units import GiB, InputError
 from planner.baselines import baseline_plans
 from planner.bound import lower_bound
 from planner.candidates import coarse_groups, milp_candidates
-from planner.evaluator import Evaluator, assignment_of, is_planner_runtime, settings_of
+from planner.evaluator import COMPRESSED, Evaluator, assignment_of, is_planner_runtime, settings_of
 from planner.options import OPTIONS, option_costs, usage
 from planner.search import EXACT_LIMIT, Outcome, Search, exact, exact_size
 from planner.seeds import known_placements
@@ -97,6 +99,23 @@ def _objective(s: dict, objective: str) -> float:
     return s["time_per_token_s"] + 1e-9 * s["total_s"] if objective == "token" else s["total_s"]
 
 
+def _collection_paused(fn):
+    """Run `fn` with Python's cyclic garbage collector paused (restored after, if it was on). Planning allocates about
+    a million short-lived containers (DeepSeek-R1: 15,000 placements per plan, schedule rows), whose collections cost
+    0.5 s there; it frees them by reference counting and keeps no cycles it needs freed meanwhile."""
+    @functools.wraps(fn)
+    def paused(*args, **kw):
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kw)
+        finally:
+            if enabled:
+                gc.enable()
+    return paused
+
+
+@_collection_paused
 def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload, budgets: Budgets, *,
                      codec: Codec | None = None, tiers: tuple[str, ...] | None = None, allow_cpu: bool = True,
                      time_budget_s: float | None = None, confirm: bool = True, objective: str = "token",
@@ -118,7 +137,7 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
     real = workload
     search_w = workload.model_copy(update={"seed": workload.seed + 7919}) if model.is_moe else workload
     ev = Evaluator(model, machine, search_w, budgets, codec)  # MoE: search on other draws than the judge's
-    ev_real = Evaluator(model, machine, real, budgets, codec) if model.is_moe else ev
+    ev_real = Evaluator(model, machine, real, budgets, codec, like=ev) if model.is_moe else ev
     use = usage(model, machine, search_w, ev=ev)
     costs = option_costs(model, machine, search_w, use, codec, True)
     gs, ordered = coarse_groups(costs, use, model)
@@ -135,8 +154,8 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
 
     # the judge: the search result and every seed on the real workload; peers with their own runtime too
     finalists = ([("search", out.assign, out.settings)] if out else []) + [(n, a, s) for n, a, s, _ in scored]
-    return _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, confirm, t0, options, ev, ev_real,
-                  out, scored, peers, finalists, seeds or {})
+    return _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, confirm, t0, options,
+                  ev.evaluations, ev_real, out, scored, peers, finalists, seeds or {})
 
 
 def _search(model, machine, real, search_w, budgets, use, codec, options, opt_idx, search: Search, given: dict):
@@ -147,20 +166,25 @@ def _search(model, machine, real, search_w, budgets, use, codec, options, opt_id
         starts[f"milp-{k}"] = a
     starts.update(known_placements(ev, use))
     peers = peer_plans(model, machine, real, budgets)
-    for name, p in peers.items():
-        a = None if isinstance(p, str) else assignment_of(p)
-        if a is not None and set(a.tolist()) <= set(opt_idx):
-            starts[name] = a
+    plans = {**peers, **{f"given-{k}": p for k, p in given.items()}}
+    assigns = {name: assignment_of(p) for name, p in plans.items() if not isinstance(p, str)}
+    allowed = np.zeros(len(OPTIONS), dtype=bool)
+    allowed[opt_idx] = True
+
+    def usable(a: np.ndarray | None) -> bool:  # every unit placed, in an allowed option
+        return a is not None and bool((a >= 0).all() and allowed[a].all())
+
+    starts.update({name: assigns[name] for name in peers if usable(assigns.get(name))})
     scored = []
     for name, a in starts.items():
-        if (a < 0).any() or not set(a.tolist()) <= set(opt_idx):
+        if not usable(a):
             continue
         s, t = search.best_settings(a)
         if s is not None:
             scored.append((name, a, s, t))
-    for name, p in list(peers.items()) + [(f"given-{k}", p) for k, p in given.items()]:
-        a = None if isinstance(p, str) else assignment_of(p)  # own loader settings, where the evaluator models them
-        if a is not None and is_planner_runtime(p) and set(a.tolist()) <= set(opt_idx):
+    for name, p in plans.items():  # own loader settings, where the evaluator models them
+        a = assigns.get(name)
+        if usable(a) and is_planner_runtime(p):
             t = search.score(a, settings_of(p))
             if t < float("inf"):
                 scored.append((f"{name}-own", a, settings_of(p), t))
@@ -174,9 +198,10 @@ def _search(model, machine, real, search_w, budgets, use, codec, options, opt_id
     return out, scored, peers
 
 
-def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, confirm, t0, options, ev, ev_real,
-           out, scored, peers, finalists, given: dict) -> PlanReport:
-    """The best of the search and every seed and peer on the real workload, confirmed, with the bound."""
+def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, confirm, t0, options, evaluations: int,
+           ev_real, out, scored, peers, finalists, given: dict) -> PlanReport:
+    """The best of the search and every seed and peer on the real workload, confirmed, with the bound.
+    `evaluations`: the plans the search scored (the judge scores with the search's evaluator on dense models)."""
     best, best_t, seeds = None, float("inf"), {}
     for name, a, s in finalists:
         summ = ev_real.summary(a, s)
@@ -194,7 +219,8 @@ def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, co
         s = _simulated(model, machine, p, real, budgets, ev_real)
         base_times[name] = {"time_per_token_s": s["time_per_token_s"], "total_s": s["total_s"]}
         own = p.model_copy(update={"policy": "planner", "codec": p.codec or codec, "engine": "offloadsim"})
-        if tiers is None and allow_cpu and (_evaluable(own, ev_real) or len(model.units) < SIMPY_MAX_UNITS):
+        modelled = _evaluable(own, ev_real) is not None
+        if tiers is None and allow_cpu and (modelled or len(model.units) < SIMPY_MAX_UNITS):
             # the peer's placement run by offloadsim's engine (without the peer's costs)
             t = _objective(s if p.engine == "offloadsim" else _simulated(model, machine, own, real, budgets, ev_real),
                            objective)
@@ -216,7 +242,7 @@ def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, co
     if best is None:
         return PlanReport(_infeasible(model, machine, real, budgets), baselines=base_times, lower_bound_s=bound,
                           candidates=len(scored), seconds=time.perf_counter() - t0, stopped=stopped,
-                          evaluations=ev.evaluations, converged=out.converged if out else True)
+                          evaluations=evaluations, converged=out.converged if out else True)
     chosen_from, plan = best
     if not isinstance(plan, Plan):
         plan = ev_real.plan(*plan)
@@ -226,20 +252,23 @@ def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, co
         summary = simulate(model, machine, plan, real, budgets).summary if len(model.units) < SIMPY_MAX_UNITS else \
             fast_simulate(model, machine, plan, real, budgets)
     return PlanReport(plan, summary, bound, base_times, len(scored), time.perf_counter() - t0,
-                      converged=out.converged if out else True, stopped=stopped, evaluations=ev.evaluations,
+                      converged=out.converged if out else True, stopped=stopped, evaluations=evaluations,
                       seeds=seeds, chosen_from=chosen_from)
 
 
-def _evaluable(p: Plan, ev: Evaluator) -> bool:
-    """The evaluator models this plan: offloadsim's engine and runtime, its codec, every placement an option."""
-    return p.engine == "offloadsim" and is_planner_runtime(p) and p.codec == ev.codec and assignment_of(p) is not None
+def _evaluable(p: Plan, ev: Evaluator) -> np.ndarray | None:
+    """The plan's assignment where the evaluator models it: offloadsim's engine and runtime, every placement an
+    option, and its codec, or no compressed placement (a codec plays no part in the schedule of such a plan)."""
+    a = assignment_of(p) if p.engine == "offloadsim" and is_planner_runtime(p) else None
+    return a if a is not None and (p.codec == ev.codec or not COMPRESSED[a].any()) else None
 
 
 def _simulated(model, machine, p: Plan, real: Workload, budgets: Budgets, ev_real: Evaluator) -> dict:
     """fast_simulate's summary of `p`; by the judge's evaluator where it models the plan (the same figures to 1e-12,
-    tests/test_planner_properties.py, without building a schedule: 0.3 s each for DeepSeek-R1)."""
-    if _evaluable(p, ev_real):
-        s = ev_real.summary(assignment_of(p), settings_of(p))
+    tests/test_planner_properties.py, without building a schedule: 0.2 s each for DeepSeek-R1)."""
+    a = _evaluable(p, ev_real)
+    if a is not None:
+        s = ev_real.summary(a, settings_of(p))
         if s is not None:
             return s
     from sim.simulate import fast_simulate

@@ -30,28 +30,28 @@ IN_VRAM = TIER == "vram"
 STAGED = np.isin(TIER, STAGED_TIERS)
 COMPRESSED = np.char.endswith(TIER, "compressed")
 PINNED = TIER == "ram_pinned"
+RAM_PAGEABLE = TIER == "ram_pageable"
+RAM_COMPRESSED = TIER == "ram_compressed"
+# options whose units pass through a VRAM staging slot, without and with the prefill offload of CPU units
+SLOTTED = {False: ~IN_VRAM & ~ON_CPU, True: ~IN_VRAM | ON_CPU}
 ROW_COLUMNS = [c for c in COLUMNS if c not in ("unit", "step", "compute_s", "gate")]
-
-
-def _all_on(model: ModelShape, machine: MachineSpec, w: Workload, device: str, tier: str = "ram_pageable") -> Schedule:
-    # model_construct: valid by construction, and validating 15,000 placements costs 0.1 s
-    placements = tuple(Placement.model_construct(unit=u.name, tier=tier, compute=device) for u in model.units)
-    plan = Plan(model=model.name, machine=machine.name, placements=placements, prefetch_depth=0, vram_slots=1)
-    return build_schedule(model, machine, plan, w, Budgets.unlimited())
 
 
 class Evaluator:
     """Scores (assignment, settings) for one model, machine, workload, budgets and codec; counts its evaluations."""
 
-    def __init__(self, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, codec: Codec | None):
+    def __init__(self, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, codec: Codec | None,
+                 like: Evaluator | None = None):
+        """`like`: an evaluator of the same model, machine and codec (another workload or budgets), whose parts that
+        depend on neither (the all-GPU and all-CPU plans, the per-size rows) are reused."""
         self.model, self.machine, self.w, self.budgets, self.codec = model, machine, w, budgets, codec
-        gpu, cpu = _all_on(model, machine, w, "gpu"), _all_on(model, machine, w, "cpu")
+        self.plans: dict[tuple[str, str], Plan] = like.plans if like else {}
+        gpu, cpu = self._all_on("gpu"), self._all_on("cpu")
         self.sched_gpu = gpu
         self.unit, self.step = gpu.unit, gpu.step
         self.comp = np.stack([gpu.compute_s, cpu.compute_s])           # [on_cpu, item]
         # a CPU unit in pinned RAM is priced by the pinned CPU grid where the machine has one (as build_schedule)
-        self.comp_pinned = _all_on(model, machine, w, "cpu", "ram_pinned").compute_s \
-            if has_pinned_cpu_grid(machine) else None
+        self.comp_pinned = self._all_on("cpu", "ram_pinned").compute_s if has_pinned_cpu_grid(machine) else None
         self.router_gate = gpu.gate                                     # every expert streamed: its router item
         self.nb = np.array([u.nbytes for u in model.units], dtype=float)
         self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)
@@ -59,12 +59,27 @@ class Evaluator:
         self.kv_bytes, self.act_bytes = kv_cache_bytes(model, w), activation_bytes(model, w)
         self.fixed_vram = self.kv_bytes + self.act_bytes
         self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
-        self.rows = {off: self._rows(off) for off in (False, True)}
         # one flat table per column over (offload, option, unit): an item's value is one take
-        self.flat = {c: np.stack([self.rows[False][c], self.rows[True][c]]).ravel() for c in ROW_COLUMNS}
-        self.by_size = np.argsort(-self.nb_int, kind="stable")      # units, largest first (staging slot sizes)
+        self.flat = like.flat if like else self._flat()
+        # the items' steps as runs of one step: a step's end is the latest end of its runs (sim.metrics.step_times)
+        self.runs = np.flatnonzero(np.r_[True, self.step[1:] != self.step[:-1]])
+        self.run_steps = Schedule(step=self.step[self.runs], n_steps=gpu.n_steps)
         self.evaluations = 0
         self._last: tuple = (b"", {})
+        self._columns: tuple = (b"", {})
+
+    def _all_on(self, device: str, tier: str = "ram_pageable") -> Schedule:
+        """The schedule of the plan with every unit in `tier`, computed on `device`."""
+        if (device, tier) not in self.plans:  # model_construct: valid by construction, and faster
+            placements = tuple(Placement.model_construct(unit=u.name, tier=tier, compute=device)
+                               for u in self.model.units)
+            self.plans[device, tier] = Plan(model=self.model.name, machine=self.machine.name, placements=placements,
+                                            prefetch_depth=0, vram_slots=1)
+        return build_schedule(self.model, self.machine, self.plans[device, tier], self.w, Budgets.unlimited())
+
+    def _flat(self) -> dict[str, np.ndarray]:
+        rows = {off: self._rows(off) for off in (False, True)}
+        return {c: np.stack([rows[False][c], rows[True][c]]).ravel() for c in ROW_COLUMNS}
 
     def _rows(self, offload: bool) -> dict[str, np.ndarray]:
         """Per (option, unit): the step-invariant columns of sim.schedule, read off schedules of a stand-in model
@@ -93,22 +108,17 @@ class Evaluator:
         if self._last[0] != key:
             present = np.bincount(assign, minlength=len(OPTIONS)) > 0
             per_opt = np.bincount(assign, weights=self.nb, minlength=len(OPTIONS))   # exact below 2**53 bytes
-            largest = assign[self.by_size]
-
-            def slot(opts: np.ndarray) -> int:  # the largest unit placed in one of `opts`
-                return int(self.nb_int[self.by_size[np.argmax(opts[largest])]]) if (present & opts).any() else 0
-
-            streamed = ~IN_VRAM & ~ON_CPU
-            ram_w = int(round(per_opt[TIER == "ram_pageable"].sum()))
-            if present[TIER == "ram_compressed"].any():
+            top = np.zeros(len(OPTIONS), dtype=np.int64)   # per option, its largest unit (0: none)
+            np.maximum.at(top, assign, self.nb_int)
+            ram_w = int(round(per_opt[RAM_PAGEABLE].sum()))
+            if present[RAM_COMPRESSED].any():
                 ratio = self.codec.ratio if self.codec else 1.0
-                ram_w += int((self.nb[np.isin(assign, np.flatnonzero(TIER == "ram_compressed"))] * ratio).sum())
+                ram_w += int((self.nb[RAM_COMPRESSED[assign]] * ratio).sum())
             self._last = (key, {
                 "compressed": bool((present & COMPRESSED).any()),
-                "slot": {False: slot(streamed), True: slot(streamed | ON_CPU)},
-                "pin_slot": {False: slot(streamed & STAGED), True: slot((streamed | ON_CPU) & STAGED)},
-                "vram": int(round(per_opt[IN_VRAM].sum())), "ram": ram_w,
-                "pinned": int(round(per_opt[TIER == "ram_pinned"].sum()))})
+                "slot": {off: int(top[opts].max()) for off, opts in SLOTTED.items()},
+                "pin_slot": {off: int(top[opts & STAGED].max()) for off, opts in SLOTTED.items()},
+                "vram": int(round(per_opt[IN_VRAM].sum())), "ram": ram_w, "pinned": int(round(per_opt[PINNED].sum()))})
         return self._last[1]
 
     def memory(self, assign: np.ndarray, s: Settings) -> MemoryUse | None:
@@ -126,21 +136,32 @@ class Evaluator:
             return None
         return m
 
+    def columns(self, assign: np.ndarray, offload: int | None) -> dict[str, np.ndarray]:
+        """The plan's per-item columns; they depend on the assignment and the offload threshold only, so they are
+        kept for the last assignment (the loader settings vary most). Read only: schedules share them."""
+        key = assign.tobytes()
+        off_step = (self.tokens >= offload) if offload else np.zeros(len(self.tokens), bool)
+        if self._columns[0] != key:
+            self._columns = (key, {})
+        got = self._columns[1].get(off_step.tobytes())
+        if got is None:
+            off = off_step[self.step]
+            n_opt, n_unit = len(OPTIONS), len(self.nb)
+            idx = (off * n_opt + assign[self.unit]) * n_unit + self.unit
+            got = {c: self.flat[c].take(idx) for c in ROW_COLUMNS}
+            streamed_expert = self.is_expert & ((TIER[assign] != "vram") | ON_CPU[assign])
+            got["gate"] = np.where(streamed_expert[self.unit], self.router_gate, -1)
+            comp = np.where(got["on_cpu"], self.comp[1], self.comp[0])
+            if self.comp_pinned is not None:
+                comp = np.where(got["on_cpu"] & PINNED[assign][self.unit], self.comp_pinned, comp)
+            got["compute_s"] = comp
+            self._columns[1][off_step.tobytes()] = got
+        return got
+
     def schedule(self, assign: np.ndarray, s: Settings, mem: MemoryUse) -> Schedule:
         """The schedule sim.schedule.build_schedule would lay out for this plan (same columns, same order)."""
-        g = self.sched_gpu
-        off_step = (self.tokens >= s[3]) if s[3] else np.zeros(len(self.tokens), bool)
-        off = off_step[self.step]
-        n_opt, n_unit = len(OPTIONS), len(self.nb)
-        idx = (off * n_opt + assign[self.unit]) * n_unit + self.unit
-        col = {c: self.flat[c].take(idx) for c in ROW_COLUMNS}
-        streamed_expert = self.is_expert & ((TIER[assign] != "vram") | ON_CPU[assign])
-        col["gate"] = np.where(streamed_expert[self.unit], self.router_gate, -1)
-        comp = np.where(col["on_cpu"], self.comp[1], self.comp[0])
-        if self.comp_pinned is not None:
-            comp = np.where(col["on_cpu"] & PINNED[assign][self.unit], self.comp_pinned, comp)
-        sch = dataclasses.replace(g, unit=self.unit, step=self.step, compute_s=comp, memory=mem,
-                                  cache_capacity_bytes=mem.page_cache_bytes, warm_keys=[], **col)
+        sch = dataclasses.replace(self.sched_gpu, unit=self.unit, step=self.step, memory=mem,
+                                  cache_capacity_bytes=mem.page_cache_bytes, warm_keys=[], **self.columns(assign, s[3]))
         if self.w.warm:
             from sim.schedule import _warm_contents
             sch.warm_keys = _warm_contents(sch)
@@ -157,7 +178,7 @@ class Evaluator:
     def times(self, assign: np.ndarray, s: Settings) -> tuple[float, float, float] | None:
         """(ttft_s, time_per_token_s, total_s), or None when over a budget."""
         out = self.run(assign, s)
-        return None if out is None else step_times(out[0], out[1].c_end)
+        return None if out is None else step_times(self.run_steps, np.maximum.reduceat(out[1].c_end, self.runs))
 
     def summary(self, assign: np.ndarray, s: Settings) -> dict | None:
         """sim.simulate.fast_simulate's summary for this plan."""

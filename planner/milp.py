@@ -65,6 +65,10 @@ def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned
             ok = costs.allowed[u, j] and not (streamed_gpu and costs.nbytes[u] > slot_bytes)
             ub[gi * k + j] = size[gi] if ok else 0
     ub[-1] = np.inf
+    vram, pinned, ram = A[-3:]
+    if _no_fit([vram, pinned, ram, vram + ram], [vram_free, pinned_free, ram_free, vram_free + ram_free],
+               ub[:-1].reshape(G, k) > 0, size):
+        return MilpResult(False, float("inf"), [])   # what HiGHS reports, without the solve
     integrality = np.full(nv, 1.0 if integral else 0.0)
     integrality[-1] = 0
     with quiet_stdout():
@@ -77,6 +81,17 @@ def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned
     if bound is None or not np.isfinite(bound):
         bound = res.fun if res.status == 0 else 0.0  # stopped early without a dual bound: only 0 is certain
     return MilpResult(True, float(bound), list(x))
+
+
+def _no_fit(rows: list[np.ndarray], limits: list[float], allowed: np.ndarray, size: np.ndarray) -> bool:
+    """Whether the least a memory row can hold (each group in its allowed option that takes least of it) exceeds its
+    limit: then no assignment fits and the program is infeasible. The rows are the budgets' and the sum of the VRAM
+    and RAM rows (implied by them); the margin is far above HiGHS's tolerances, so HiGHS finds it infeasible too."""
+    for row, limit in zip(rows, limits):
+        least = np.where(allowed, row[:-1].reshape(allowed.shape), np.inf).min(axis=1)
+        if (size * least).sum() > limit + 1e-6 * abs(limit) + 1:
+            return True
+    return False
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ link, disk, unpack) and the memory it takes (VRAM, pinned, RAM, page cache). Uni
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,7 +13,7 @@ import numpy as np
 from hwmodels.specs import MachineSpec
 from sim.equations import TIERS, Codec, copy_time_s, unpack_time_s
 from sim.plan import Budgets, Workload
-from sim.shapes import ModelShape
+from sim.shapes import ModelShape, UnitShape
 
 GPU_OPTIONS = TIERS
 OPTIONS: tuple[tuple[str, str], ...] = tuple((t, "gpu") for t in GPU_OPTIONS) + (
@@ -54,10 +55,26 @@ def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
     decode_steps = max(w.new_tokens - 1, 0)
     mems = ("pageable", "pinned") if has_pinned_cpu_grid(machine) else ("pageable",)  # the faster, for the bound
     f = model.family
+    probability = functools.lru_cache(maxsize=None)(router.pick_probability)
+    times: dict[tuple, float] = {}   # the experts of a model share a few shapes and token counts
+
+    def gpu(u: UnitShape, shape: tuple, tokens: int) -> float:
+        key = (shape, tokens, "gpu")
+        if key not in times:
+            times[key] = gpu_compute_s(u, machine, tokens, 1, 0, f)
+        return times[key]
+
+    def cpu(u: UnitShape, shape: tuple, tokens: int, m: str) -> float:
+        key = (shape, tokens, m)
+        if key not in times:
+            times[key] = cpu_compute_s(u, machine, tokens, 1, 0, f, m)
+        return times[key]
+
     for i, u in enumerate(model.units):
         if u.expert is None:
             continue
-        q = router.pick_probability(u.block)[u.expert]
+        shape = _shape(u)
+        q = probability(u.block)[u.expert]
         p_dec = 1 - (1 - q) ** w.batch
         p_pre = 1 - (1 - q) ** (w.batch * w.prompt_tokens)
         tok_pre = max(1, round(w.batch * w.prompt_tokens * q))
@@ -66,10 +83,24 @@ def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
         else:
             n_dec, n_pre = decode_steps * p_dec, p_pre
         uses[i] = n_dec + n_pre
-        gpu_s[i] = n_dec * gpu_compute_s(u, machine, 1, 1, 0, f) + n_pre * gpu_compute_s(u, machine, tok_pre, 1, 0, f)
-        cpu_s[i] = min(n_dec * cpu_compute_s(u, machine, 1, 1, 0, f, m) + n_pre * cpu_compute_s(
-            u, machine, tok_pre, 1, 0, f, m) for m in mems)
+        gpu_s[i] = n_dec * gpu(u, shape, 1) + n_pre * gpu(u, shape, tok_pre)
+        cpu_s[i] = min(n_dec * cpu(u, shape, 1, m) + n_pre * cpu(u, shape, tok_pre, m) for m in mems)
     return uses, gpu_s, cpu_s
+
+
+# what a unit's compute time can depend on: every field but where the unit sits (sim.compute reads none of those)
+SHAPE_FIELDS = tuple(f for f in UnitShape.model_fields if f not in ("name", "block", "expert", "modules"))
+
+
+def _shape(u: UnitShape) -> tuple:
+    d = u.__dict__
+    return tuple(d[f] for f in SHAPE_FIELDS)
+
+
+def per_size(nb: np.ndarray, f, *args, **kw) -> np.ndarray:
+    """[f(b, *args, **kw) for b in nb], calling f once per distinct size (15,000 experts share a few)."""
+    sizes, inverse = np.unique(nb, return_inverse=True)
+    return np.array([f(b, *args, **kw) for b in sizes])[inverse.ravel()]
 
 
 @dataclass(frozen=True)
@@ -103,8 +134,8 @@ def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usag
     work = {r: np.zeros((n, k)) for r in RESOURCES}
     vram, pinned, ram, disk = (np.zeros((n, k)) for _ in range(4))
     allowed = np.ones((n, k), dtype=bool)
-    copy_pin = uses * np.array([copy_time_s(b, machine, pinned=True) for b in nb])
-    copy_page = uses * np.array([copy_time_s(b, machine, pinned=False) for b in nb])
+    copy_pin = uses * per_size(nb, copy_time_s, machine, pinned=True)
+    copy_page = uses * per_size(nb, copy_time_s, machine, pinned=False)
     for j, (tier, dev) in enumerate(OPTIONS):
         work["compute"][:, j] = use.gpu_s if dev == "gpu" else use.cpu_s
         if dev == "gpu" and tier != "vram":
@@ -117,7 +148,7 @@ def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usag
             if codec is None:
                 allowed[:, j] = False
                 continue
-            work["unpack"][:, j] = uses * np.array([unpack_time_s(b, codec) for b in nb])
+            work["unpack"][:, j] = uses * per_size(nb, unpack_time_s, codec)
         vram[:, j] = nb if tier == "vram" else 0
         pinned[:, j] = nb if tier == "ram_pinned" else 0
         if dev == "cpu" and tier == "ram_pinned":
@@ -131,7 +162,19 @@ def groups(costs: OptionCosts) -> list[np.ndarray]:
     rows = np.concatenate([costs.work[r] for r in RESOURCES] + [costs.vram, costs.ram, costs.disk,
                                                                  costs.allowed.astype(float)], axis=1)
     scale = np.maximum(np.abs(rows).max(axis=0), 1e-30)
-    keys = np.round(rows / scale, 9)
-    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.ravel()
+    keys = np.round(rows / scale, 9) + 0.0   # + 0.0: -0.0 becomes 0.0, so equal values have equal bits
+    first, inverse = row_classes(keys)
     return [np.flatnonzero(inverse == g) for g in np.argsort(first)]
+
+
+def row_classes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a float array grouped by their bits: (each class's first row, each row's class), as np.unique
+    gives them, with the classes in some order. Rows are hashed (a sort of one number per row, not of 15,000 rows
+    of 80 numbers) and rows of one hash are checked equal; on a collision, np.unique decides."""
+    bits = np.ascontiguousarray(rows, dtype=np.float64).view(np.uint64)
+    mult = np.random.default_rng(0).integers(1, 2**63, size=bits.shape[1], dtype=np.uint64)
+    _, first, inverse = np.unique((bits * mult).sum(axis=1), return_index=True, return_inverse=True)
+    if not (bits == bits[first[inverse]]).all():
+        _, first, inverse = np.unique(bits.view(np.dtype((np.void, bits.strides[0]))).ravel(), return_index=True,
+                                      return_inverse=True)
+    return first, inverse.ravel()

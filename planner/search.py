@@ -12,6 +12,7 @@ import functools
 import hashlib
 import itertools
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +33,7 @@ IMPROVES = 1 - 1e-9       # a move must improve by more than this relative amoun
 
 
 @functools.lru_cache(maxsize=256)
-def _spread(counts: tuple[tuple[tuple[str, str], int], ...], n: int) -> tuple[tuple[str, str], ...]:
+def _spread(counts: tuple[tuple[Hashable, int], ...], n: int) -> tuple[Hashable, ...]:
     opts = [(o, c) for o, c in counts if c > 0]
     given = [0] * len(opts)
     out = []
@@ -43,9 +44,10 @@ def _spread(counts: tuple[tuple[tuple[str, str], int], ...], n: int) -> tuple[tu
     return tuple(out)
 
 
-def spread(counts: dict[tuple[str, str], int], n: int) -> list[tuple[str, str]]:
-    """Assign options to n positions so each option's positions are evenly spread (largest-deficit rule). Memoised:
-    the integer program's 24 variants often give a group the same counts (15,000 experts each time)."""
+def spread(counts: dict[Hashable, int], n: int) -> list[Hashable]:
+    """Assign options (any keys: OPTIONS or their indices) to n positions so each option's positions are evenly spread
+    (largest-deficit rule). Memoised: the integer program's 24 variants often give a group the same counts (15,000
+    experts each time)."""
     return list(_spread(tuple(counts.items()), n))
 
 
@@ -85,8 +87,9 @@ class Search:
 
     @staticmethod
     def key(assign: np.ndarray) -> bytes:
-        """A 128-bit digest of the assignment: memo keys of 16 bytes, not 8 bytes per unit (15,000 units)."""
-        return hashlib.blake2b(assign.tobytes(), digest_size=16).digest()
+        """A 128-bit digest of the assignment (one byte per unit: OPTIONS indices are small): memo keys of 16 bytes,
+        not 8 bytes per unit (15,000 units)."""
+        return hashlib.blake2b(assign.astype(np.int8), digest_size=16).digest()
 
     def score(self, assign: np.ndarray, s: Settings, akey: bytes | None = None) -> float:
         key = (akey or self.key(assign), s)

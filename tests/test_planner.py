@@ -74,6 +74,22 @@ def test_plan_never_exceeds_budgets(name, vram_gib, ram_gib, batch):
     assert m.ram_weights_bytes + m.pinned_bytes <= budgets.ram_bytes
 
 
+@pytest.mark.parametrize("name, vram_gib, ram_gib", [("qwen3-14b", 4, 24), ("mixtral-8x7b", 6, 60),
+                                                    ("qwen3-14b", 20, 8)])
+def test_every_baseline_returns_a_plan_that_fits_or_raises(name, vram_gib, ram_gib):
+    """baseline_plans relies on it: each baseline checks its plan against the budgets (check_plan or fit_slots)."""
+    from planner.baselines import BASELINES
+    model, machine = load_model(name), get_machine("desktop-4090")
+    w = Workload(prompt_tokens=64, new_tokens=3)
+    budgets = Budgets.of(machine, vram=vram_gib * 2**30, ram=ram_gib * 2**30)
+    for fn in BASELINES.values():
+        try:
+            p = fn(model, machine, w, budgets)
+        except PlanError:
+            continue
+        check_plan(model, p, w, budgets)
+
+
 def test_infeasible_budget_is_explained():
     model, machine = load_model("qwen3-14b"), get_machine("rtx3080-laptop")
     p = plan(model, machine, Workload(), Budgets.of(machine, vram=2**20))  # not even the KV cache fits

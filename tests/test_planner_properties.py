@@ -102,6 +102,49 @@ def test_lower_bound_never_above_brute_force_optimum(sizes, vram, ram, prompt, t
         assert bound <= optimum * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("name, machine, w, vram_gib", [
+    ("qwen3-14b", "rtx3080-laptop", Workload(), 4), ("mixtral-8x7b", "desktop-4090", Workload(new_tokens=3), 16),
+    ("qwen3-14b", "t4-cloud", Workload(batch=4, prompt_tokens=512, new_tokens=8), 14.9)])
+def test_lower_bound_is_the_least_dual_bound_of_every_offload_mode(name, machine, w, vram_gib):
+    """The bound skips the integer program of a mode whose linear relaxation is above the least bound found; it is
+    the least over every mode's integer program all the same."""
+    from planner.bound import MODES, _phase_sums, bound_costs
+    from planner.candidates import unit_groups
+    from planner.milp import solve
+    m, q = get_machine(machine), load_model(name)
+    ev = Evaluator(q, m, w, Budgets.of(m, vram=int(vram_gib * 2**30)), None)
+    options = [o for o in OPTIONS if o != ("ram_pinned", "cpu")]
+    free = ev.budgets.vram_bytes - ev.fixed_vram
+    want = float("nan")
+    for mode in MODES:
+        costs = bound_costs(ev, mode, _phase_sums(ev))
+        costs.allowed[:, [j for j, o in enumerate(OPTIONS) if o not in options]] = False
+        gs = unit_groups(costs)
+        res = solve(costs, gs, free, ev.budgets.pinned_bytes, ev.budgets.ram_bytes, free, False,
+                    integral=len(gs) <= 400, rel_gap=0.01)
+        if res.feasible and not res.bound_s >= want:
+            want = res.bound_s
+    assert lower_bound(ev, options) == want
+
+
+def test_evaluator_times_are_its_schedules_step_times_and_a_twin_evaluator_scores_alike():
+    """times() takes each step's end over runs of items (sim.metrics.step_times over items gives the same); an
+    evaluator built `like` another (its plans and per-size rows reused) scores as one built afresh."""
+    from sim.metrics import step_times
+    m, q = get_machine("desktop-4090"), load_model("mixtral-8x7b")
+    w = Workload(new_tokens=4)
+    ev = Evaluator(q, m, w, Budgets.unlimited(), None)
+    other = w.model_copy(update={"seed": 5})
+    twin = Evaluator(q, m, other, Budgets.unlimited(), None, like=ev)
+    fresh = Evaluator(q, m, other, Budgets.unlimited(), None)
+    rng = np.random.default_rng(2)
+    for off in (None, 32):
+        a, s = rng.choice(RAW, size=len(q.units)), (1, 3, 2, off)
+        sch, r = ev.run(a, s)
+        assert ev.times(a, s) == step_times(sch, r.c_end)
+        assert twin.times(a, s) == fresh.times(a, s)
+
+
 def test_lower_bound_holds_with_cpu_layers_offloaded_for_the_prefill():
     """Repro of the old bound: a 512-token prefill of CPU-placed layers charged at CPU speed."""
     m, q = get_machine("t4-cloud"), load_model("qwen3-14b")

@@ -68,3 +68,45 @@ def test_one_descent_when_the_exploration_budget_is_spent_still_ends_at_a_local_
         trial[pick] = b
         assert s.best_settings(trial)[1] >= out.score * IMPROVES
     assert s.best_settings(out.assign)[1] >= out.score * IMPROVES
+
+
+def test_row_classes_group_rows_by_their_bits_even_when_two_hashes_collide():
+    """Rows are grouped by a hash of their bits; two rows whose hashes collide (built here from the multipliers) but
+    whose bits differ stay apart, as np.unique keeps them."""
+    from planner.options import row_classes
+    mult = np.random.default_rng(0).integers(1, 2**63, size=2, dtype=np.uint64)
+    a = np.array([4607182418800017408, 4611686018427387904], dtype=np.uint64)       # the bits of (1.0, 2.0)
+    b = np.array([a[0] + mult[1], a[1] - mult[0]], dtype=np.uint64)                  # same hash, other bits
+    rows = np.stack([a, b, a, a]).view(np.float64)
+    assert ((rows.view(np.uint64) * mult).sum(axis=1)[:2] == (b * mult).sum()).all()
+    first, inverse = row_classes(rows)
+    assert sorted(first.tolist()) == [0, 1] and inverse[0] == inverse[2] == inverse[3] != inverse[1]
+    rows = np.random.default_rng(1).integers(0, 3, size=(200, 5)).astype(float)
+    _, want_first, want_inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    first, inverse = row_classes(rows)
+    assert sorted(first.tolist()) == sorted(want_first.tolist())
+    assert (first[inverse] == want_first[want_inverse.ravel()]).all()
+
+
+def test_integer_programs_ruled_out_by_memory_are_those_highs_finds_infeasible(monkeypatch):
+    """solve skips HiGHS where the least memory the units can take exceeds a budget (or the VRAM and RAM budgets
+    together); every candidate program, solved by HiGHS, gives the same result."""
+    from scipy.optimize import milp as scipy_milp
+
+    import planner.milp as milp_mod
+    from planner.candidates import milp_candidates
+    m, q = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
+    w = Workload(new_tokens=3)
+    options = [o for o in OPTIONS if o != ("ram_pinned", "cpu")]
+    for b in (Budgets.of(m, vram=4 * 2**30), Budgets.of(m, vram=2 * 2**30, ram=20 * 2**30)):
+        ev = Evaluator(q, m, w, b, None)
+        use = usage(q, m, w, ev=ev)
+        skipped, calls = [], []
+        real = milp_mod._no_fit
+        monkeypatch.setattr(milp_mod, "_no_fit", lambda *a: skipped.append(real(*a)) or False)
+        monkeypatch.setattr(milp_mod, "milp", lambda *a, **k: calls.append(scipy_milp(*a, **k)) or calls[-1])
+        want = milp_candidates(q, m, w, b, use, None, options)
+        monkeypatch.undo()
+        got = milp_candidates(q, m, w, b, use, None, options)
+        assert len(got) == len(want) and all(np.array_equal(x, y) for x, y in zip(got, want))
+        assert any(skipped) and all(r.x is None for r, s in zip(calls, skipped) if s)
