@@ -71,7 +71,11 @@ class GpuSpec(Spec):
     vram_bytes: PositiveInt = Field(description="VRAM capacity.")
     vram_bytes_per_s: PositiveFloat = Field(description="VRAM bandwidth.")
     bf16_flops_per_s: PositiveFloat = Field(description="Dense BF16 (FP16 where no BF16) tensor FLOP/s.")
-    kernel_overhead_s: NonNegativeFloat = Field(description="Launch and scheduling overhead per kernel.")
+    kernel_overhead_s: NonNegativeFloat = Field(description="Launch and scheduling overhead per kernel launched "
+                                                "eagerly (the peers; calibrate's single-layer decode).")
+    graph_kernel_overhead_s: NonNegativeFloat | None = Field(
+        default=None, description="Overhead per kernel inside a replayed CUDA graph (offloadsim's engine: one graph "
+                                  "per unit). None: GRAPH_OVERHEAD_SHARE of kernel_overhead_s.")
     pcie_generation: int = Field(ge=3, le=6, description="PCIe generation of the card.")
     pcie_lanes: int | None = Field(default=None, ge=1, le=16, description="PCIe lanes of the card when fewer than 16 "
                                    "(laptop and entry cards); None: x16.")

@@ -137,11 +137,24 @@ def _roofline(unit: UnitShape, flops_per_s: float, bytes_per_s: float, overhead_
     return f
 
 
+# in-graph against eager overhead per kernel on the H200 test machine: 2.7-3.2 us (decoders' graph grids of calls K
+# and L: grid time less bytes / bandwidth, over the layer's launches; docs/validation.md) against 11.69 us eager
+GRAPH_OVERHEAD_SHARE = 0.25
+
+
+def kernel_overhead_s(gpu, dispatch: str) -> float:
+    """Per-kernel overhead of a unit launched as `dispatch` says ('graph': replayed from a CUDA graph)."""
+    if dispatch != "graph":
+        return gpu.kernel_overhead_s
+    return gpu.graph_kernel_overhead_s if gpu.graph_kernel_overhead_s is not None \
+        else GRAPH_OVERHEAD_SHARE * gpu.kernel_overhead_s
+
+
 def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
                   family: str = "", dispatch: str = "graph") -> float:
     """`dispatch`: 'graph' for offloadsim's engine (a captured graph per unit), 'eager' for the peers."""
     g = machine.gpu
-    roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * g.kernel_overhead_s)
+    roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * kernel_overhead_s(g, dispatch))
     grid = find_grid(machine, unit, family, "gpu", dispatch) if machine.compute_grids else None
     return grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None else roof(batch, new_tokens, context)
 

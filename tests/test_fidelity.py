@@ -321,3 +321,27 @@ def test_cpu_range_spans_the_measured_spread(toy_machine):
     assert r["spread"] == pytest.approx(0.2) and r["time_per_token_s"] == pytest.approx((1.72, 1.88))
     assert cpu_range(m, toy_machine.model_copy(update={"compute_grids": (g,)}), plan, ONE, BIG) is None
     assert cpu_range(m, machine, toy_plan(m, "vram"), ONE, BIG) is None
+
+
+def test_graph_replay_pays_less_per_kernel_than_eager_launches(toy_machine):
+    """A unit of 10 launches, 4 B at 10 B/s (0.4 s): eager 10 x 10 us more, replayed from a graph 10 x 2 us more, or
+    10 x 2.5 us (a quarter of the eager overhead) when the machine does not say."""
+    from sim.compute import gpu_compute_s
+    u = toy_model((4,)).units[0].model_copy(update={"launches": 10})
+    gpu = toy_machine.gpu.model_copy(update={"kernel_overhead_s": 10e-6, "graph_kernel_overhead_s": 2e-6})
+    m = toy_machine.model_copy(update={"gpu": gpu})
+    assert gpu_compute_s(u, m, 1, 1, 0, "toy", "eager") == pytest.approx(0.4 + 100e-6)
+    assert gpu_compute_s(u, m, 1, 1, 0, "toy", "graph") == pytest.approx(0.4 + 20e-6)
+    unsaid = m.model_copy(update={"gpu": gpu.model_copy(update={"graph_kernel_overhead_s": None})})
+    assert gpu_compute_s(u, unsaid, 1, 1, 0, "toy", "graph") == pytest.approx(0.4 + 25e-6)
+
+
+def test_calibrate_reads_the_graph_overhead_off_the_decoder_grid(toy_machine):
+    """A decoder graph grid of 0.228 ms for a 436 MB layer at 4.27 TB/s (0.1021 ms) and 40 launches: 3.16 us each."""
+    from validate.calibrate import _graph_overhead
+    gpu = toy_machine.gpu.model_copy(update={"vram_bytes_per_s": 4.27e12})
+    m = toy_machine.model_copy(update={"gpu": gpu})
+    grid = {"device": "gpu", "dispatch": "graph", "unit": {"kind": "decoder", "nbytes": 436e6},
+            "decode_s": ((0.228e-3, 0.25e-3),)}
+    assert _graph_overhead([grid], m, 40) == pytest.approx((0.228e-3 - 436e6 / 4.27e12) / 40)
+    assert _graph_overhead([dict(grid, dispatch="eager")], m, 40) is None

@@ -345,6 +345,16 @@ def _in_engine(machine, folder: Path, quick: bool, meas: dict):
     return machine, over
 
 
+def _graph_overhead(grids: list[dict], m, launches: int) -> float | None:
+    """Per-kernel overhead inside a CUDA graph: the decoder's graph grid at batch 1 and the shortest context, less
+    its bytes at the VRAM bandwidth, over its launches (None without a graph grid)."""
+    dec = [g for g in grids if g["device"] == "gpu" and g["dispatch"] == "graph" and g["unit"]["kind"] == "decoder"]
+    if not dec or not launches:
+        return None
+    t = dec[0]["decode_s"][0][0]
+    return max(t - dec[0]["unit"]["nbytes"] / m.gpu.vram_bytes_per_s, 0.0) / launches
+
+
 def _overrides(m, meas: dict, cuda: bool) -> dict:
     """The profile's measured values by field path, from the microbenchmarks (`_measure`)."""
     st, comp = meas["storage"], meas["compute"]
@@ -364,6 +374,9 @@ def _overrides(m, meas: dict, cuda: bool) -> dict:
             "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,
             "gpu.bf16_flops_per_s": max(comp["prefill_flops_per_s"], 1.0)}
+    graph = _graph_overhead(meas.get("grids", []), m, comp["layer_launches"]) if cuda else None
+    if graph is not None:
+        over["gpu.graph_kernel_overhead_s"] = graph
     if cuda:
         link = meas["link"]
         sizes = sorted({int(k.split("_")[1][:-3]) for k in link})
