@@ -151,21 +151,25 @@ def kernel_overhead_s(gpu, dispatch: str) -> float:
 
 
 def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
-                  family: str = "", dispatch: str = "graph") -> float:
-    """`dispatch`: 'graph' for offloadsim's engine (a captured graph per unit), 'eager' for the peers."""
+                  family: str = "", dispatch: str = "graph", grid_scale: float = 1.0) -> float:
+    """`dispatch`: 'graph' for offloadsim's engine (a captured graph per unit), 'eager' for the peers. `grid_scale`:
+    another engine's kernels against a measured grid (a roofline, a bound, is never scaled)."""
     g = machine.gpu
     roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * kernel_overhead_s(g, dispatch))
     grid = find_grid(machine, unit, family, "gpu", dispatch) if machine.compute_grids else None
-    return grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None else roof(batch, new_tokens, context)
+    return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \
+        else roof(batch, new_tokens, context)
 
 
 def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
-                  family: str = "", memory: str = "pageable") -> float:
-    """`memory`: where the unit's weights sit, 'pinned' or 'pageable' host memory (each may have its own grid)."""
+                  family: str = "", memory: str = "pageable", grid_scale: float = 1.0) -> float:
+    """`memory`: where the unit's weights sit, 'pinned' or 'pageable' host memory (each may have its own grid);
+    `grid_scale` as for gpu_compute_s."""
     c = machine.cpu
     roof = _roofline(unit, c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
     grid = find_grid(machine, unit, family, "cpu", "eager", memory) if machine.compute_grids else None
-    return grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None else roof(batch, new_tokens, context)
+    return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \
+        else roof(batch, new_tokens, context)
 
 
 def compute_sources(units, machine: MachineSpec, family: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hwmodels.specs import MachineSpec
-from sim.compute import compute_sources, cpu_compute_s, find_grid, gpu_compute_s
+from sim.compute import compute_sources, cpu_compute_s, gpu_compute_s
 from sim.equations import STAGED_TIERS, copy_time_s, unpack_time_s
 from sim.memory import MemoryUse, check_plan
 from sim.pagecache import PageCache
@@ -90,23 +90,16 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     gpu_exec = any(p.compute == "gpu" for p in plan.placements)  # a peer's step cost was measured on GPU runs only
     t = plan.tiers()
     memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]  # where a CPU unit reads
-    # a peer's own kernels against the measured grids (a roofline is a bound they do not beat: unscaled)
-    scales = {True: peer.cpu_compute_scale, False: peer.gpu_compute_scale} if peer is not None else {}
-    scale_of: dict[tuple[int, bool], float] = {}
+    # a peer's own kernels against the measured grids
+    scale = {True: peer.cpu_compute_scale, False: peer.gpu_compute_scale} if peer is not None else {True: 1.0, False: 1.0}
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
-        key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "")
+        key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu])
         if key not in cache:
-            cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui]) if cpu else \
-                gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch)
-        if scales.get(cpu, 1.0) == 1.0:
-            return cache[key]
-        if (ui, cpu) not in scale_of:
-            grid = find_grid(machine, units[ui], model.family, "cpu" if cpu else "gpu", dispatch,
-                             memory[ui] if cpu else None)
-            scale_of[(ui, cpu)] = scales[cpu] if grid is not None else 1.0
-        return cache[key] * scale_of[(ui, cpu)]
+            cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], scale[cpu]) \
+                if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch, scale[cpu])
+        return cache[key]
 
     def row(ui: int, offload: bool) -> tuple:
         # a peer's offload is decided per operation: it looks rows of a CPU-held embedding up in place (llama.cpp

@@ -19,7 +19,7 @@ from sim.shapes import ModelShape, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("cpu_compute_scale", "gpu_compute_scale")}
-SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers (neutral 1, fitted from 1) rather than costs (neutral 0, from the nnls)
+SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,9 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
 
 
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
-    """The peer's cost parameters that best explain `runs` (relative error of the time per token, least squares
-    through the simulator, parameters >= 0); started from the linear estimate (residual = parameters x counts)."""
+    """The peer's parameters that best explain `runs` (relative error of the time per token, least squares through
+    the simulator): costs >= 0, started from the linear estimate (residual = costs x counts); kernel scales >= 0.05,
+    started from 1."""
     params = PARAMS[engine]
     costs = tuple(p for p in params if p not in SCALES)
     base = runs[0][1].peers[engine].model_copy(update={p: 1.0 if p in SCALES else 0.0 for p in params})
