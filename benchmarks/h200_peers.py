@@ -164,14 +164,24 @@ def prepare(spec: str, work: Path, dev: str) -> tuple:
     return ckpt, shape, config, load_machine(str(prof_path)), entry
 
 
+# (label, GPU budget, CPU budget or None for 100 GiB, batch, prompt), as shares of the model's bytes
+RUNSETS = {
+    # GPU budgets of 150%, 60% and 30% of the model (and 30% with 20% in RAM, the rest on disk), batch 1 and 4
+    "base": [("all GPU", 1.5, None, 1, 128), ("GPU 60%", 0.6, None, 1, 128), ("GPU 60%", 0.6, None, 4, 512),
+             ("GPU 30%", 0.3, None, 1, 128), ("GPU 30%", 0.3, None, 4, 128), ("GPU 30%, CPU 20%", 0.3, 0.2, 1, 128)],
+    # the calibration runs of peers_report.py, then disk offload: all on disk, part on disk (CPU execution, as
+    # nothing lands on the GPU at 30%), and part on disk with GPU execution (60%), batch 1 and 4
+    "disk": [("all GPU", 1.5, None, 1, 128), ("GPU 60%", 0.6, None, 1, 128), ("GPU 30%", 0.3, None, 1, 128),
+             ("GPU 30%, CPU 20%", 0.3, 0.2, 1, 128), ("GPU 30%, CPU 20%", 0.3, 0.2, 4, 128),
+             ("GPU 30%, CPU 50%", 0.3, 0.5, 1, 128), ("GPU 30%, CPU 75%", 0.3, 0.75, 1, 128),
+             ("GPU 60%, CPU 20%", 0.6, 0.2, 1, 128), ("GPU 60%, CPU 20%", 0.6, 0.2, 4, 128)]}
+
+
 def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens: int, dev: str, sync, deadline: float,
-                    save) -> None:
-    """Accelerate's own device map at GPU budgets of 150%, 60% and 30% of the model (and 30% with 20% in RAM, the rest
-    on disk), batch 1 and 4."""
+                    save, runset: str = "base") -> None:
+    """Accelerate's own device map at the budgets of RUNSETS[runset]."""
     gpu = 0 if dev == "cuda" else "cpu"
-    runs = [("all GPU", 1.5, None, 1, 128), ("GPU 60%", 0.6, None, 1, 128), ("GPU 60%", 0.6, None, 4, 512),
-            ("GPU 30%", 0.3, None, 1, 128), ("GPU 30%", 0.3, None, 4, 128), ("GPU 30%, CPU 20%", 0.3, 0.2, 1, 128)]
-    for label, g, c, batch, p in runs:
+    for label, g, c, batch, p in RUNSETS[runset]:
         if time.perf_counter() > deadline:
             entry["accelerate"].append({"label": label, "skipped": "deadline"})
             continue
@@ -209,7 +219,8 @@ def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens
         log(entry["arch"], "exported plan FAILED", exc)
 
 
-def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, deadline: float) -> None:
+def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, deadline: float,
+             runset: str = "base", airllm: bool = True) -> None:
     """One architecture: calibrate, then Accelerate's own maps, the exported plan, and AirLLM warm, cold and at
     batch 4, each run recorded as it ends."""
     ckpt, shape, config, machine, entry = prepare(spec, work, dev)
@@ -217,11 +228,11 @@ def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, 
     save()
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     vocab = config["vocab_size"]
-    accelerate_runs(entry, ckpt, vocab, shape.total_bytes, new_tokens, dev, sync, deadline, save)
+    accelerate_runs(entry, ckpt, vocab, shape.total_bytes, new_tokens, dev, sync, deadline, save, runset)
     if time.perf_counter() < deadline:
         exported_run(entry, ckpt, shape, machine, vocab, new_tokens, dev, sync)
         save()
-    if time.perf_counter() < deadline:
+    if airllm and time.perf_counter() < deadline:
         try:
             entry["airllm"] = airllm_runs(ckpt, ckpt.parent, vocab, [(1, 128, False), (4, 128, False), (1, 128, True)],
                                           new_tokens, dev, sync)
@@ -240,6 +251,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=6)
     ap.add_argument("--budget-s", type=float, default=500, help="start no run after this many seconds")
     ap.add_argument("--probe-hf", action="store_true", help="only the per-token overhead probe of transformers")
+    ap.add_argument("--accelerate", choices=sorted(RUNSETS), default="base", help="which Accelerate runs")
+    ap.add_argument("--no-airllm", action="store_true", help="skip AirLLM")
     a = ap.parse_args()
     if a.probe_hf:
         return probe_hf_step(Path(a.out))
@@ -264,7 +277,8 @@ def main() -> None:
     t0 = time.perf_counter()
     for spec in a.archs.split(","):
         try:
-            run_arch(spec, Path(a.work), result, save, a.new_tokens, dev, t0 + a.budget_s)
+            run_arch(spec, Path(a.work), result, save, a.new_tokens, dev, t0 + a.budget_s, a.accelerate,
+                     not a.no_airllm)
         except Exception as exc:
             result["archs"].append({"arch": spec, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
             log(spec, "FAILED", exc)

@@ -55,6 +55,7 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
 
 
 def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
+    """Generation at the smallest and the largest -ngl: the CPU's streaming speed and the GPU's kernels."""
     return kind == "ngl" and rec["n_gen"] > 0 and rec["n_gpu_layers"] in (min(ngls), max(ngls))
 
 

@@ -24,6 +24,7 @@ from validate.peer_calibration import PeerRun, fit, predict, with_peer
 
 # every architecture's runs of these kinds fit the costs; all other runs are held out
 CALIBRATION = {("accelerate", "all GPU", 1), ("accelerate", "GPU 60%", 1), ("accelerate", "GPU 30%", 1), ("airllm", "warm", 1)}
+MEASURED = ("disk_tensor_s", "disk_header_entry_s")  # peer costs calibrate measures on the host, not fitted here
 DEVICE = {"0": "vram", "cuda:0": "vram", "cpu": "ram_pageable", "disk": "disk_raw"}
 
 
@@ -84,8 +85,13 @@ def main() -> None:
     loaded = []
     for e in archs:
         shape = ModelShape.model_validate(e["shape"])
-        # the profile's peer entries are unmeasured defaults of the code that recorded it: take today's engine facts
-        machine = MachineSpec.model_validate({k: v for k, v in e["profile"]["machine"].items() if k != "peers"})
+        # the profile's peer entries are defaults of the code that recorded it: take today's engine facts, with what
+        # calibrate measured of them on that host (MEASURED)
+        prof = e["profile"]["machine"]
+        machine = MachineSpec.model_validate({k: v for k, v in prof.items() if k != "peers"})
+        acc = prof.get("peers", {}).get("accelerate", {})
+        machine = with_peer(machine, "accelerate", machine.peers["accelerate"].model_copy(
+            update={k: acc[k] for k in MEASURED if k in acc}))
         loaded.append((e, shape, machine, runs_of(e, shape, machine)))
     specs = {}
     for engine in ("accelerate", "airllm"):
@@ -97,7 +103,8 @@ def main() -> None:
     rows, held = [], {"accelerate": [], "airllm": []}
     for e, shape, machine, runs in loaded:
         for engine, kind, calib, run, extra in runs:
-            m = with_peer(machine, engine, specs[engine])
+            m = with_peer(machine, engine, specs[engine].model_copy(
+                update={k: getattr(machine.peers[engine], k) for k in MEASURED}))
             s = predict(shape, m, run)
             err = 100 * (s["time_per_token_s"] / run.measured_tpot_s - 1)
             ttft_err = 100 * (s["ttft_s"] / run.measured_ttft_s - 1)

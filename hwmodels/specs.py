@@ -115,6 +115,11 @@ class PeerSpec(Spec):
                                      "GPU: the engine's generation loop around the layers.")
     load_module_s: NonNegativeFloat = Field(default=0.0, description="Per parameter-holding module of a unit loaded "
                                             "for one forward (hooks, per-tensor copies and freeing).")
+    disk_tensor_s: NonNegativeFloat = Field(default=0.0, description="Per tensor of a unit offloaded to disk, per "
+                                            "forward, beyond its pages' map cost: Accelerate opens the safetensors "
+                                            "file and maps it anew for each tensor (calibrate measures it).")
+    disk_header_entry_s: NonNegativeFloat = Field(default=0.0, description="The same per entry of the file's header "
+                                                  "(parsed at every open): shards of SHARD_BYTES assumed.")
     load_unit_s: NonNegativeFloat = Field(default=0.0, description="Per unit loaded for one forward (materialising "
                                           "the layer and cleaning up after it).")
     pin_each_load: bool = Field(default=False, description="Every load is copied into a pinned buffer (pin_memory(): "
@@ -122,10 +127,18 @@ class PeerSpec(Spec):
     cpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's CPU kernels against the machine's "
                                              "CPU compute grid (offloadsim's engine, torch): a CPU-computed unit takes "
                                              "this times the grid's time (a roofline, a bound, is not scaled).")
+    cpu_bytes_per_s: PositiveFloat | None = Field(default=None, description="The speed at which the engine's own "
+                                                  "CPU kernels stream weights: a CPU-computed unit takes the roofline "
+                                                  "of this and the CPU's FLOP rate, instead of the CPU grid and its "
+                                                  "scale. Absent: the grid.")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch).")
     gpu_dispatch: Literal["eager", "graph"] = Field(default="eager", description="How its GPU kernels are launched: "
                                                     "one by one (eager) or replayed from captured CUDA graphs.")
+    head_last_position: bool = Field(default=True, description="The output head computes the last position of each "
+                                     "sequence only (transformers' generate passes logits_to_keep=1, which AirLLM 4's "
+                                     "hooks keep; llama.cpp outputs the last token of a batch unless asked for "
+                                     "more), not the whole prompt.")
     mmap_reads: bool = Field(default=False, description="Weights on disk are memory-mapped and used in place: a "
                              "page-cache hit costs nothing beyond the copy or compute that touches it.")
     source: str = Field(default="idealised: no measured costs", description="Where the values come from.")
@@ -138,7 +151,8 @@ def default_peers() -> dict[str, "PeerSpec"]:
                                    "measured on this machine"),
             "airllm": PeerSpec(pin_each_load=True, mmap_reads=True,
                                source="airllm 4.0 airllm_base.py (safetensors load_file maps the layer file, "
-                               "pin_memory copies it, clean_memory after each layer); costs not measured on this machine"),
+                               "pin_memory copies it, clean_memory after each layer, as hooks on "
+                               "transformers' own forward and generate); costs not measured on this machine"),
             "llamacpp": PeerSpec(gpu_dispatch="graph", source="llama.cpp: -ngl placement (src/llama-model.cpp), CPU "
                                  "compute of the other layers on the mapped file, CUDA graphs for the GPU's share "
                                  "(GGML_CUDA_GRAPHS, on by default); costs not measured on this machine")}

@@ -162,10 +162,16 @@ def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
 
 
 def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
-                  family: str = "", memory: str = "pageable", grid_scale: float = 1.0) -> float:
+                  family: str = "", memory: str = "pageable", grid_scale: float = 1.0,
+                  stream_bytes_per_s: float | None = None) -> float:
     """`memory`: where the unit's weights sit, 'pinned' or 'pageable' host memory (each may have its own grid);
-    `grid_scale` as for gpu_compute_s."""
+    `grid_scale` as for gpu_compute_s. `stream_bytes_per_s`: how fast another engine's own CPU kernels stream
+    weights, measured on that engine: a roofline at that speed and the CPU's FLOP rate replaces the machine's grid
+    (llama.cpp's matrix-vector kernels stream a layer at one speed whatever its shape, where torch's speed varies by
+    shape; its per-operator cost is inside the measured speed)."""
     c = machine.cpu
+    if stream_bytes_per_s is not None:
+        return _roofline(unit, c.flops_per_s, stream_bytes_per_s, 0.0)(batch, new_tokens, context)
     roof = _roofline(unit, c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
     grid = find_grid(machine, unit, family, "cpu", "eager", memory) if machine.compute_grids else None
     return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \

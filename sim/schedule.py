@@ -92,12 +92,18 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]  # where a CPU unit reads
     # a peer's own kernels against the measured grids
     scale = {True: peer.cpu_compute_scale, False: peer.gpu_compute_scale} if peer is not None else {True: 1.0, False: 1.0}
+    stream = peer.cpu_bytes_per_s if peer is not None else None
+
+    last_only = peer is not None and peer.head_last_position
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
-        key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu])
+        if last_only and units[ui].kind == "lm_head":  # logits of the last position of each sequence only
+            new, ctx = 1, ctx + new - 1
+        key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu], stream if cpu else None)
         if key not in cache:
-            cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], scale[cpu]) \
+            cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], scale[cpu],
+                                       stream) \
                 if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch, scale[cpu])
         return cache[key]
 
@@ -132,7 +138,10 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     ratio = plan.codec.ratio if plan.codec else 1.0
     cpu = p.compute == "cpu" and not offload
     load = GPU_LOAD if (not cpu and p.tier != "vram") else CPU_READ if (cpu and p.tier.startswith("disk")) else 0
-    read = u.nbytes * (ratio if p.tier == "disk_compressed" else 1.0) if load and p.tier.startswith("disk") else 0.0
+    disk = bool(load) and p.tier.startswith("disk")
+    # a CPU lookup in a mapped embedding touches the rows it reads, not the table (Accelerate's disk offload is a view)
+    rows_only = u.kind == "embedding" and load == CPU_READ and peer is not None and peer.mmap_reads
+    read = u.nbytes * (ratio if p.tier == "disk_compressed" else 1.0) if disk and not rows_only else 0.0
     unpack = unpack_time_s(u.nbytes, plan.codec) if load and p.tier.endswith("compressed") else 0.0
     staged = plan.pinned_staging and p.tier in STAGED_TIERS
     gpu_load = load == GPU_LOAD
@@ -144,8 +153,9 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     else:  # a peer: a pinned copy per load on the loader; hooks, cleanup and its generation loop on the compute lane
         unpack += u.nbytes / machine.host_memory.memcpy_bytes_per_s if gpu_load and peer.pin_each_load else 0.0
         mods = param_modules(u.kind, model.family)
+        per_tensor = peer.disk_tensor_s + peer.disk_header_entry_s * model.tensors_per_shard if disk else 0.0
         overhead = ((peer.load_module_s * mods + peer.load_unit_s) if gpu_load else 0.0) \
-            + (peer.step_s if ui == 0 and gpu_exec else 0.0)
+            + (per_tensor * mods if disk else 0.0) + (peer.step_s if ui == 0 and gpu_exec else 0.0)
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
 

@@ -28,6 +28,11 @@ PARAM_MODULES = {"embedding": 1, "decoder": 9, "attention": 6, "mlp": 3, "expert
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
 
 
+# A safetensors checkpoint's shard size by convention (the hub's and transformers 4's 5 GB): how many tensors share
+# a file's header, which Accelerate's disk offload parses at every open
+SHARD_BYTES = 5 * 10**9
+
+
 def param_modules(kind: str, family: str) -> int:
     """Parameter-holding modules of a unit of this kind (peer engines' hooks and per-tensor copies scale with it)."""
     extra = 2 if family in QK_NORM_FAMILIES and kind in ("decoder", "attention") else 0
@@ -90,6 +95,12 @@ class ModelShape(BaseModel):
     def total_bytes(self) -> int:
         """Bytes stored once (tied matrices counted once)."""
         return sum(u.nbytes - u.tied_nbytes for u in self.units)
+
+    @cached_property
+    def tensors_per_shard(self) -> float:
+        """The mean header entries of the model's checkpoint files: its tensors over ceil(bytes / SHARD_BYTES)."""
+        tensors = sum(param_modules(u.kind, self.family) for u in self.units)
+        return tensors / max(1, -(-self.total_bytes // SHARD_BYTES))
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -142,6 +142,52 @@ def test_mapped_hits_cost_the_hosts_map_speed(toy_machine):
     assert [round(e.end_s - e.start_s, 9) for e in reads] == [2.0, 4.0, 1.0]
 
 
+def test_accelerate_disk_offload_pays_per_tensor(toy_machine):
+    """Everything offloaded to disk: Accelerate runs on the CPU and opens and maps each of a decoder's 9 tensors at
+    every forward: 0.1 s each adds 3 units x 9 x 0.1 = 2.7 s per token on the compute lane; in RAM it pays none."""
+    model, m, plan = _accelerate(toy_machine, ["disk_raw"] * 3, disk_tensor_s=0.1)
+    assert [p.compute for p in plan.placements] == ["cpu"] * 3
+    assert build_schedule(model, m, plan, W, BIG).overhead_s[:3].tolist() == pytest.approx([0.9] * 3)
+    _, m0, plan0 = _accelerate(toy_machine, ["disk_raw"] * 3)
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] \
+        - fast_simulate(model, m0, plan0, W, BIG)["time_per_token_s"] == pytest.approx(2.7)
+    model, m, plan = _accelerate(toy_machine, ["ram_pageable"] * 3, disk_tensor_s=0.1)
+    assert build_schedule(model, m, plan, W, BIG).overhead_s.sum() == 0
+    # each open also parses the file's header: 27 entries (one shard) x 0.01 s more per tensor, 9 tensors a unit
+    model, m, plan = _accelerate(toy_machine, ["disk_raw"] * 3, disk_tensor_s=0.1, disk_header_entry_s=0.01)
+    assert model.tensors_per_shard == 27
+    assert build_schedule(model, m, plan, W, BIG).overhead_s[:3].tolist() == pytest.approx([9 * 0.37] * 3)
+
+
+def test_header_entries_per_five_gigabyte_shard():
+    """12 GB in three 4 GB decoders of 9 tensors: ceil(12 / 5) = 3 shards of 9 entries each."""
+    model = toy_model((4 * 10**9,) * 3)
+    assert model.tensors_per_shard == 9
+
+
+def test_a_mapped_embedding_on_the_cpu_reads_its_rows_only(toy_machine):
+    """Accelerate's disk offload hands the CPU a view of the mapped file, so an embedding lookup touches the rows it
+    reads (no bytes read ahead); offloadsim's engine reads the whole 6-byte unit from disk."""
+    from sim.shapes import UnitShape
+    base = toy_model((4, 8))
+    emb = UnitShape(name="emb", kind="embedding", block=-1, modules=("emb",), matrix_params=3, nbytes=6,
+                    flop_params=0, hidden=0, launches=0)
+    model = base.model_copy(update={"units": (emb,) + base.units})
+    m = with_peer(toy_machine, "accelerate", PeerSpec(mmap_reads=True))
+    tiers = {"emb": "disk_raw", "l0": "disk_raw", "l1": "disk_raw"}
+    plan = accelerate_map(model, m, W, BIG, tiers, "accelerate")
+    assert build_schedule(model, m, plan, W, BIG).read_bytes[:3].tolist() == [0.0, 4.0, 8.0]
+    own = plan.model_copy(update={"engine": "offloadsim"})
+    assert build_schedule(model, m, own, W, BIG).read_bytes[:3].tolist() == [6.0, 4.0, 8.0]
+
+
+def test_calibrate_measures_the_per_tensor_open(tmp_path):
+    pytest.importorskip("torch")
+    from validate.calibrate import safetensors_tensor_s
+    t = safetensors_tensor_s(tmp_path, tensors=8, nbytes=2**16)
+    assert 0.0 <= t < 0.05 and not list(tmp_path.iterdir())  # seconds per tensor; the probe file is removed
+
+
 def test_calibrate_measures_the_map_speed(tmp_path):
     pytest.importorskip("torch")
     from validate.calibrate import map_touch
@@ -194,20 +240,32 @@ def test_llamacpp_kernel_scales_hand_worked(toy_machine):
     assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(1.8)
 
 
-def test_fit_recovers_known_kernel_scales(toy_machine):
-    """Runs 'measured' all on the CPU and all on the GPU with scales 0.6 and 0.7 give back those scales."""
-    truth = PeerSpec(cpu_compute_scale=0.6, gpu_compute_scale=0.7)
+def test_llamacpp_cpu_rates_replace_the_grid(toy_machine):
+    """With its own CPU streaming speed (2 B/s; the toy units have no FLOPs) llama.cpp's CPU layer l0 (4 bytes)
+    takes 4 / 2 = 2 s, whatever the CPU grid (0.8 s x 0.5) says; l1 and l2 on the GPU grids 0.8 + 0.2 s: 3.0 s."""
     model = toy_model((4, 8, 2))
-    grids = _grids(model, {n: ("cpu", 1.0) for n in ("l0", "l1", "l2")}) + \
-        _grids(model, {n: ("gpu", 0.5) for n in ("l0", "l1", "l2")})
-    machine = toy_machine.model_copy(update={"compute_grids": grids})
+    grids = _grids(model, {"l0": ("cpu", 0.8), "l1": ("gpu", 0.8), "l2": ("gpu", 0.2)})
+    measured = toy_machine.model_copy(update={"compute_grids": grids})
+    model, m, plan = _llamacpp(measured, ["ram_pageable", "vram", "vram"], cpu_compute_scale=0.5,
+                               cpu_bytes_per_s=2.0)
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(3.0)
+    assert simulate(model, m, plan, W, BIG).summary["time_per_token_s"] == pytest.approx(3.0)
+
+
+def test_fit_recovers_known_cpu_speed_and_gpu_scale(toy_machine):
+    """Runs 'measured' with llama.cpp's CPU streaming 2 B/s and its GPU kernels at 0.7x the grid give back those
+    values: a CPU token of units of 4, 8, 2 bytes takes 7 s, a GPU token 0.7 x 3 x 0.5 s."""
+    truth = PeerSpec(cpu_bytes_per_s=2.0, gpu_compute_scale=0.7)
+    model = toy_model((4, 8, 2))
+    machine = toy_machine.model_copy(update={"compute_grids": _grids(model, {n: ("gpu", 0.5) for n in ("l0", "l1", "l2")})})
     runs = []
     for tiers in (["ram_pageable"] * 3, ["vram"] * 3):
         model, m, plan = _llamacpp(machine, tiers, **truth.model_dump(exclude={"source"}))
         s = fast_simulate(model, m, plan, W, BIG)
         runs.append((model, machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], s["ttft_s"])))
+    assert [r.measured_tpot_s for _, _, r in runs] == [pytest.approx(7.0), pytest.approx(0.7 * 1.5)]
     got = fit("llamacpp", runs, "test")
-    assert got.cpu_compute_scale == pytest.approx(0.6, rel=1e-3) and got.gpu_compute_scale == pytest.approx(0.7, rel=1e-3)
+    assert got.cpu_bytes_per_s == pytest.approx(2.0, rel=1e-3) and got.gpu_compute_scale == pytest.approx(0.7, rel=1e-3)
 
 
 def test_llamacpp_offloads_large_steps_per_operation():

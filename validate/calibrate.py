@@ -73,6 +73,7 @@ def storage(folder: Path, nbytes: int, sizes=(MiB, 16 * MiB)) -> dict:
         out["cold_read_bytes_per_s"] = out["cold_read_whole_bytes_per_s"]
         out["cache_read_bytes_per_s"] = out["warm_read_whole_bytes_per_s"]
         out["map_touch_bytes_per_s"] = map_touch(path, nbytes)
+        out["offload_tensor_s"], out["offload_header_entry_s"] = offload_open(folder)
     finally:
         path.unlink(missing_ok=True)
     return out
@@ -87,6 +88,42 @@ def map_touch(path: Path, nbytes: int) -> float:
         int(m[::4096].sum())
         del m
     return nbytes / _best(once)
+
+
+def safetensors_tensor_s(folder: Path, tensors: int = 64, nbytes: int = MiB) -> float:
+    """Seconds per tensor that Accelerate's disk offload pays at every forward beyond the pages' map cost
+    (host_memory.map_touch_bytes_per_s): accelerate/utils/offload.py OffloadedWeightsLoader opens the safetensors
+    file and parses its header for each tensor, and get_tensor returns a view of a fresh private map of the whole
+    file, unmapped when the hook frees the weight. Timed as that, the view summed by torch's threads and released,
+    less the same sum of a tensor already in memory; median over three passes of a file of `tensors` tensors."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    path = folder / ".calib-offload.safetensors"
+    save_file({f"t{i}": torch.ones(nbytes // 2, dtype=torch.bfloat16) for i in range(tensors)}, str(path))
+    try:
+        resident = torch.ones(nbytes // 2, dtype=torch.bfloat16)
+        times = []
+        for _ in range(3):
+            for i in range(tensors):
+                t = time.perf_counter()
+                with safe_open(str(path), framework="pt", device="cpu") as f:
+                    w = f.get_tensor(f"t{i}")
+                float(w.sum())
+                del w
+                mid = time.perf_counter()
+                float(resident.sum())
+                times.append((mid - t) - (time.perf_counter() - mid))
+        return max(float(np.median(times)), 0.0)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def offload_open(folder: Path, small: int = 16, large: int = 256) -> tuple[float, float]:
+    """(seconds per tensor, seconds per header entry of its file): the per-tensor open timed on files of `small` and
+    `large` tensors, as a line in the header's size (its JSON is parsed at every open)."""
+    a, b = safetensors_tensor_s(folder, small), safetensors_tensor_s(folder, large)
+    slope = max(b - a, 0.0) / (large - small)
+    return max(a - slope * small, 0.0), slope
 
 
 def memcpy(nbytes: int) -> float:
@@ -370,6 +407,8 @@ def _overrides(m, meas: dict, cuda: bool) -> dict:
             "host_memory.memcpy_bytes_per_s": meas["memcpy_bytes_per_s"],
             "host_memory.first_touch_bytes_per_s": meas["first_touch_bytes_per_s"],
             "host_memory.map_touch_bytes_per_s": st["map_touch_bytes_per_s"],
+            "peers.accelerate.disk_tensor_s": st["offload_tensor_s"],
+            "peers.accelerate.disk_header_entry_s": st["offload_header_entry_s"],
             "cpu.unpack_bytes_per_s_per_thread": {"zstd": unpack_total / unpack_n},
             "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,

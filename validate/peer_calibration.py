@@ -18,8 +18,9 @@ from sim.plan import Budgets, Plan, Workload
 from sim.shapes import ModelShape, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
-          "llamacpp": ("cpu_compute_scale", "gpu_compute_scale")}
+          "llamacpp": ("cpu_bytes_per_s", "gpu_compute_scale")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
+RATES = {"cpu_bytes_per_s": "memory_bytes_per_s"}  # started at the machine's CPU
 
 
 @dataclass(frozen=True)
@@ -53,17 +54,19 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
     """The peer's parameters that best explain `runs` (relative error of the time per token, least squares through
     the simulator): costs >= 0, started from the linear estimate (residual = costs x counts); kernel scales >= 0.05,
-    started from 1."""
+    started from 1; kernel rates > 0, started at the machine's CPU values."""
     params = PARAMS[engine]
-    costs = tuple(p for p in params if p not in SCALES)
-    base = runs[0][1].peers[engine].model_copy(update={p: 1.0 if p in SCALES else 0.0 for p in params})
+    costs = tuple(p for p in params if p not in SCALES and p not in RATES)
+    cpu = runs[0][1].cpu
+    start = {p: float(getattr(cpu, RATES[p])) if p in RATES else 1.0 if p in SCALES else 0.0 for p in params}
+    base = runs[0][1].peers[engine].model_copy(update=start)
     A = np.array([features(model, r, costs) for model, _, r in runs])
     b = np.array([r.measured_tpot_s - predict(model, with_peer(m, engine, base), r)["time_per_token_s"]
                   for model, m, r in runs])
-    x_costs = nnls(A, np.maximum(b, 0.0))[0] if costs else np.zeros(0)  # scipy's nnls aborts on zero columns
-    start = dict(zip(costs, x_costs))
-    x0 = np.array([start.get(p, 1.0) for p in params])
-    lower = np.array([0.05 if p in SCALES else 0.0 for p in params])  # a scale stays positive
+    if costs:  # scipy's nnls aborts on zero columns
+        start.update(zip(costs, nnls(A, np.maximum(b, 0.0))[0]))
+    x0 = np.array([start[p] for p in params])
+    lower = np.array([0.05 if p in SCALES else 1e-6 * x0[i] if p in RATES else 0.0 for i, p in enumerate(params)])
 
     def spec(x: np.ndarray) -> PeerSpec:
         return base.model_copy(update={p: float(v) for p, v in zip(params, x)})
