@@ -96,6 +96,8 @@ def main() -> None:
     specs = {}
     for engine in ("accelerate", "airllm"):
         cal = [(shape, machine, r) for e, shape, machine, runs in loaded for eng, _, c, r, _ in runs if eng == engine and c]
+        if not cal:  # not measured in these files
+            continue
         src = (f"measured: fitted on {len(cal)} {engine} runs ({', '.join(r.label for _, _, r in cal)}) on the H200 "
                f"test machine ({', '.join(Path(f).name for f in a.files)}; benchmarks/h200_peers.py, peers_report.py)")
         specs[engine] = fit(engine, cal, src)

@@ -93,33 +93,29 @@ def _blocks(model: ModelShape) -> list[list[str]]:
 @register("accelerate")
 def accelerate(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
     """What transformers' `device_map="auto"` does with max_memory = the budgets (Accelerate's
-    infer_auto_device_map): one greedy pass in module order filling the GPU, less the largest block as a reserve
-    when anything is offloaded, then CPU RAM, then disk, never going back; KV cache and activations are not counted.
+    infer_auto_device_map): one greedy pass in module order filling the GPU, then CPU RAM, each less the largest
+    block still to place as a reserve, then disk, never going back; KV cache and activations are not counted.
     Offloaded blocks are copied in before each forward (blocking, pageable, no prefetch). When no block lands on the
     GPU the model runs on the CPU (measured on the H200: docs/peers.md)."""
     return accelerate_map(model, machine, w, budgets, accelerate_tiers(model, budgets), "accelerate")
 
 
 def accelerate_tiers(model: ModelShape, budgets: Budgets) -> dict[str, str]:
-    """Where infer_auto_device_map puts each unit given max_memory = (VRAM budget, RAM budget)."""
+    """Where infer_auto_device_map puts each unit given max_memory = (VRAM budget, RAM budget): blocks in module
+    order on the GPU, then the CPU, then disk, never going back; a block fits a device when what it holds plus the
+    block stays within its budget less the largest block still to place (accelerate/utils/modeling.py: the GPU and
+    the CPU are both 'main devices' and keep that reserve, max_layer_size, recomputed as blocks are placed)."""
     groups = _blocks(model)
-    size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
-    gpu_left = budgets.vram_bytes
-    if sum(size.values()) > gpu_left:
-        gpu_left -= max(size.values())
-    ram_left = budgets.ram_bytes
-    tiers, device = {}, "vram"
-    for g in groups:
-        if device == "vram" and size[g[0]] > gpu_left:
-            device = "ram_pageable"
-        if device == "ram_pageable" and size[g[0]] > ram_left:
-            device = "disk_raw"
+    size = [sum(model.unit(n).nbytes for n in g) for g in groups]
+    devices = (("vram", budgets.vram_bytes), ("ram_pageable", budgets.ram_bytes), ("disk_raw", None))
+    tiers, d, used = {}, 0, 0
+    for i, g in enumerate(groups):
+        reserve = max(size[i + 1:], default=0)
+        while devices[d][1] is not None and used + size[i] > devices[d][1] - reserve:
+            d, used = d + 1, 0
         for n in g:
-            tiers[n] = device
-        if device == "vram":
-            gpu_left -= size[g[0]]
-        elif device == "ram_pageable":
-            ram_left -= size[g[0]]
+            tiers[n] = devices[d][0]
+        used += size[i]
     return tiers
 
 

@@ -69,6 +69,13 @@ LLAMA6 = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers
     (1415609548, 100 * 2**30, {"model.embed_tokens": "ram_pageable", "model.layers.0": "ram_pageable",
                                "lm_head": "ram_pageable"}),
     (1415609548, 943739699, {"model.embed_tokens": "disk_raw", "model.layers.5": "disk_raw", "lm_head": "disk_raw"}),
+    # docs/peers/peers-d.json: the CPU keeps the largest block still to place (the 1.05 GB head) free as well, so
+    # 2.36 GB of RAM holds the 1.05 GB embedding but not a 0.44 GB layer after it, and 3.54 GB three layers
+    (1415609548, 2359349248, {"model.embed_tokens": "ram_pageable", "model.layers.0": "disk_raw", "lm_head": "disk_raw"}),
+    (1415609548, 3539023872, {"model.embed_tokens": "ram_pageable", "model.layers.2": "ram_pageable",
+                              "model.layers.3": "disk_raw", "lm_head": "disk_raw"}),
+    (2831219097, 943739699, {"model.embed_tokens": "vram", "model.layers.0": "vram", "model.layers.1": "disk_raw",
+                             "lm_head": "disk_raw"}),
 ])
 def test_accelerate_placement_matches_measured_maps(vram, ram, want):
     tiers = accelerate_tiers(LLAMA6, Budgets(vram_bytes=vram, ram_bytes=ram, pinned_bytes=0))
