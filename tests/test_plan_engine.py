@@ -23,6 +23,8 @@ def check_engines_block(data: dict, engine: str) -> None:
     assert data["engines"][engine]["time_per_token_s"] == pytest.approx(data["time_per_token_s"])
     best = data["engines"]["offloadsim"]["time_per_token_s"]
     for name, row in data["engines"].items():  # offloadsim's planner can run every peer's placement: never slower
+        if name == "llamacpp":  # than a peer on the same torch kernels; llama.cpp's own CPU kernels are measured
+            continue            # faster on this machine (docs/peers.md), so switching to it may win
         assert "error" in row or row["time_per_token_s"] >= best * (1 - 1e-9), (name, row, best)
 
 
