@@ -3,9 +3,9 @@
 Every llama-bench record becomes a run of the llama.cpp engine model: the placement `-ngl N` gives
 (`sim.policies.llamacpp_ngl`, or the exported plan as recorded), on the machine profile calibrated in the same call
 and the GGUF's own shape. A generation test (G tokens from an empty context) is compared by its time per token, a
-prompt-processing test (P tokens) by its time to the first token. The engine's costs (a per-token step cost and the
-scale of its CPU kernels against the CPU grid, validate/peer_calibration.py) are fitted on the generation tests of
-the first architecture at the smallest and the largest -ngl only; every other record is held out.
+prompt-processing test (P tokens) by its time to the first token. The engine's costs (the speed its CPU kernels
+stream weights at, and its GPU kernels against the GPU grid; validate/peer_calibration.py) are fitted on the
+generation tests of the first architecture at the smallest and the largest -ngl only; every other record is held out.
 Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-a.json [--json OUT]
 """
 from __future__ import annotations

@@ -154,8 +154,8 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
         unpack += u.nbytes / machine.host_memory.memcpy_bytes_per_s if gpu_load and peer.pin_each_load else 0.0
         mods = param_modules(u.kind, model.family)
         per_tensor = peer.disk_tensor_s + peer.disk_header_entry_s * model.tensors_per_shard if disk else 0.0
-        overhead = ((peer.load_module_s * mods + peer.load_unit_s) if gpu_load else 0.0) \
-            + (per_tensor * mods if disk else 0.0) + (peer.step_s if ui == 0 and gpu_exec else 0.0)
+        overhead = ((peer.load_module_s * mods + peer.load_unit_s) if gpu_load else 0.0) + per_tensor * mods \
+            + (peer.step_s if ui == 0 and gpu_exec else 0.0)
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
 
