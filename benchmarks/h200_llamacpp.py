@@ -151,6 +151,22 @@ def bench(binary: str, model: Path, args: list[str], prompts: list[int], gen: in
     return [dict(o, args=args) for o in out]
 
 
+def host_state(n: int = 5) -> dict:
+    """How busy the host is: its load average and the speed of a 1 GiB copy in RAM (n copies: min, median, max), so
+    that a run on a contended host shows in the record (a contended host slows llama.cpp's CPU threads unevenly)."""
+    import numpy as np
+    src = np.ones(2**30, dtype=np.uint8)
+    dst = np.empty_like(src)
+    speeds = []
+    for _ in range(n):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        speeds.append(2 * src.nbytes / (time.perf_counter() - t))  # read + write
+    speeds.sort()
+    return {"loadavg": Path("/proc/loadavg").read_text().split()[:3], "copy_bytes_per_s": [speeds[0], speeds[n // 2],
+            speeds[-1]]}
+
+
 def exported(shape, machine, fraction: float, gen: int) -> dict:
     """`plan --engine llamacpp --export llamacpp` with a GPU budget of `fraction` of the weights."""
     from planner.engines import plan_for_engine
@@ -184,7 +200,11 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
     log(spec, "gguf", f"{entry['gguf_bytes'] / 1e9:.2f} GB", f"{time.perf_counter() - t:.0f}s")
     save()
     prompts = [int(p) for p in a.prompts.split(",")]
-    for ngl in a.ngl.split(","):
+    layers = config["num_hidden_layers"]
+    ngls = [str(min(round(float(f) * layers), layers + 1)) for f in a.ngl_shares.split(",")] if a.ngl_shares \
+        else a.ngl.split(",")
+    entry["host_before"] = host_state()
+    for ngl in ngls:
         if time.perf_counter() > deadline:
             entry["llamacpp"].append({"args": ["-ngl", ngl], "skipped": "deadline"})
             continue
@@ -194,6 +214,7 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
             entry["llamacpp"].append({"args": ["-ngl", ngl], "error": f"{type(exc).__name__}: {exc}"})
             log(spec, "ngl", ngl, "FAILED", exc)
         save()
+    entry["host_after"] = host_state()
     for fraction in (0.35, 0.7):
         if time.perf_counter() > deadline:
             break
@@ -217,6 +238,8 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/offloadsim-llamacpp")
     ap.add_argument("--out", required=True)
     ap.add_argument("--ngl", default="0,3,6,9,12,14,15")
+    ap.add_argument("--ngl-shares", default=None,
+                    help="-ngl as shares of each architecture's layers (1.1: every layer and the head), replaces --ngl")
     ap.add_argument("--prompts", default="128,512")
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
