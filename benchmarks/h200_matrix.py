@@ -22,8 +22,8 @@ import torch
 
 from hwmodels.units import GiB
 
-# Real shapes of five public models (hidden, MLP, heads, KV heads, head dim, vocab), fewer layers; all with their
-# own output head (Qwen3-0.6B ties it to the embedding: here it is untied, as llama.cpp's runs need).
+# Real shapes of six public models (hidden, MLP, heads, KV heads, head dim, vocab), fewer layers; all with their
+# own output head (Qwen3-0.6B and 1.7B tie it to the embedding: here it is untied, as llama.cpp's runs need).
 ARCHS = {
     "llama-8b": ("llama-3.1-8b", dict(num_hidden_layers=4)),
     "llama-1b": ("llama-3.1-8b", dict(num_hidden_layers=8, hidden_size=2048, intermediate_size=8192,
@@ -31,6 +31,8 @@ ARCHS = {
     "qwen3-14b": ("qwen3-14b", dict(num_hidden_layers=4)),
     "qwen3-4b": ("qwen3-14b", dict(num_hidden_layers=8, hidden_size=2560, intermediate_size=9728,
                                    num_attention_heads=32, num_key_value_heads=8, head_dim=128)),
+    "qwen3-1.7b": ("qwen3-14b", dict(num_hidden_layers=28, hidden_size=2048, intermediate_size=6144,
+                                     num_attention_heads=16, num_key_value_heads=8, head_dim=128)),
     "qwen3-0.6b": ("qwen3-14b", dict(num_hidden_layers=28, hidden_size=1024, intermediate_size=3072,
                                      num_attention_heads=16, num_key_value_heads=8, head_dim=128)),
 }

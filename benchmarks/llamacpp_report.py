@@ -55,8 +55,14 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
 
 
 def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
-    """Generation at the smallest and the largest -ngl: the CPU's streaming speed and the GPU's kernels."""
-    return kind == "ngl" and rec["n_gen"] > 0 and rec["n_gpu_layers"] in (min(ngls), max(ngls))
+    """Generation at the smallest and the largest -ngl (the CPU's streaming speed and per-operator cost, the GPU's
+    decode kernels), and the first prompt test at the largest (its prefill kernels against the GPU grid)."""
+    if kind != "ngl" or rec["n_gpu_layers"] not in (min(ngls), max(ngls)):
+        return False
+    return rec["n_gen"] > 0 or rec["n_gpu_layers"] == max(ngls) and rec["n_prompt"] == FIT_PROMPT
+
+
+FIT_PROMPT = 128
 
 
 def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
@@ -71,9 +77,13 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
     return out
 
 
-def rows_of(loaded, spec) -> list[dict]:
+def fitted_on(e: dict, fit_on: list[str]) -> bool:
+    return f"{e['file']}:{e['arch']}" in fit_on
+
+
+def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
     rows = []
-    for i, (e, shape, machine, runs) in enumerate(loaded):
+    for e, shape, machine, runs in loaded:
         ngls = [r.get("n_gpu_layers") for k, r, _ in runs if k == "ngl"]
         m = with_peer(machine, "llamacpp", spec)
         for kind, rec, run in runs:
@@ -82,7 +92,8 @@ def rows_of(loaded, spec) -> list[dict]:
             pred, meas = (s["time_per_token_s"], run.measured_tpot_s) if gen else (s["ttft_s"], run.measured_ttft_s)
             rows.append({"file": e["file"], "arch": e["arch"], "run": run.label, "test": f"tg{rec['n_gen']}" if gen
                          else f"pp{rec['n_prompt']}", "ngl": rec["n_gpu_layers"], "ot": rec.get("tensor_buft_overrides"),
-                         "threads": rec.get("n_threads"), "calibration": i == 0 and is_calibration(kind, rec, ngls),
+                         "threads": rec.get("n_threads"),
+                         "calibration": fitted_on(e, fit_on) and is_calibration(kind, rec, ngls),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
                          "stddev_pct": 100 * rec["stddev_ns"] / rec["avg_ns"]})
@@ -93,16 +104,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--fit", action="append", default=None, metavar="FILE:ARCH",
+                    help="an architecture of a file to fit on (repeatable; default: the first of the first file)")
     a = ap.parse_args()
     loaded = load(a.files)
-    cal = [(shape, machine, run) for e, shape, machine, runs in loaded[:1] for kind, rec, run in runs
-           if is_calibration(kind, rec, [r.get("n_gpu_layers") for k, r, _ in runs if k == "ngl"])]
-    src = (f"[M] measured: fitted on {len(cal)} llama-bench generation runs ({', '.join(r.label for _, _, r in cal)}) "
-           f"on the H200 test machine ({', '.join(Path(f).name for f in a.files)}; benchmarks/h200_llamacpp.py, "
-           "llamacpp_report.py)")
+    fit_on = a.fit or [f"{loaded[0][0]['file']}:{loaded[0][0]['arch']}"]
+    missing = set(fit_on) - {f"{e['file']}:{e['arch']}" for e, *_ in loaded}
+    if missing:
+        raise SystemExit(f"--fit {sorted(missing)[0]}: no such architecture in the files given; name it as "
+                         "FILE:ARCH with the file's base name, e.g. llamacpp-a.json:llama-8b.")
+    cal = [(shape, machine, run) for e, shape, machine, runs in loaded if fitted_on(e, fit_on) for kind, rec, run in
+           runs if is_calibration(kind, rec, [r.get("n_gpu_layers") for k, r, _ in runs if k == "ngl"])]
+    src = (f"[M] measured: fitted on {len(cal)} llama-bench runs of {', '.join(fit_on)} ({', '.join(r.label for _, _, r in cal)}) "
+           f"on the H200 test machine (benchmarks/h200_llamacpp.py, llamacpp_report.py)")
     spec = fit("llamacpp", cal, src)
     print("llamacpp fitted:", {k: v for k, v in spec.model_dump().items() if isinstance(v, float)})
-    rows = rows_of(loaded, spec)
+    rows = rows_of(loaded, spec, fit_on)
     print("| arch | run | test | -ngl | CPU units | used to fit | predicted / measured (s) | err | run-to-run sd |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -131,8 +131,16 @@ class PeerSpec(Spec):
                                                   "CPU kernels stream weights: a CPU-computed unit takes the roofline "
                                                   "of this and the CPU's FLOP rate, instead of the CPU grid and its "
                                                   "scale. Absent: the grid.")
+    cpu_op_s: NonNegativeFloat = Field(default=0.0, description="With cpu_bytes_per_s: per computing operator of a "
+                                       "CPU-computed unit in the engine's own graph (sim.shapes.GGML_OPS; llama.cpp "
+                                       "joins its threads after each), on top of the streaming time.")
+    gpu_op_s: NonNegativeFloat | None = Field(default=None, description="The engine's own GPU kernels at decode (at "
+                                              "most MMV_MAX_TOKENS tokens per step, llama.cpp's matrix-vector "
+                                              "kernels): the unit's bytes at the GPU's bandwidth plus this per "
+                                              "operator of its graph. Absent: the GPU grid times gpu_compute_scale.")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
-                                             "GPU compute grid of its dispatch (offloadsim's engine, torch).")
+                                             "GPU compute grid of its dispatch (offloadsim's engine, torch); with "
+                                             "gpu_op_s, for the larger steps only (prefill).")
     gpu_dispatch: Literal["eager", "graph"] = Field(default="eager", description="How its GPU kernels are launched: "
                                                     "one by one (eager) or replayed from captured CUDA graphs.")
     head_last_position: bool = Field(default=True, description="The output head computes the last position of each "

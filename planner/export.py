@@ -61,8 +61,9 @@ def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes:
 
 
 def to_llamacpp(model: ModelShape, plan: Plan) -> dict:
-    """{'args': [...], 'ngl': N, 'ot': [...], 'notes': [...]}: all layers offloaded (-ngl 999) with -ot rules
-    sending CPU-placed blocks, expert tensors and the output head to the CPU."""
+    """{'args': [...], 'ngl': N, 'ot': [...], 'notes': [...]}. CPU-placed blocks that are the first ones are left
+    to `-ngl` (llama.cpp's own split: the last N layers, the output counted first, on the GPU, each CPU layer with
+    its KV cache in RAM); other CPU blocks, expert tensors and a CPU head go by anchored -ot rules."""
     if model.family not in LLAMACPP_FAMILIES:
         raise InputError(f"export: llama.cpp cannot run a {model.family!r} model; export for accelerate instead "
                          "(--export accelerate).")
@@ -82,20 +83,28 @@ def to_llamacpp(model: ModelShape, plan: Plan) -> dict:
         elif u.kind != "embedding":
             on_gpu.setdefault(u.block, []).append(gpu)
     cpu_blocks = sorted(b for b, flags in on_gpu.items() if not all(flags))
-    cpu_experts = sorted(b for b, flags in experts_gpu.items() if sum(flags) * 2 < len(flags) and b not in cpu_blocks)
+    prefix = next((i for i, b in enumerate(cpu_blocks) if b != i), len(cpu_blocks))  # blocks 0..prefix-1 on the CPU
+    # the output and the last blocks on the GPU; none at all when the head stays on the CPU with every block
+    ngl = 0 if prefix == model.n_blocks and not head_gpu else model.n_blocks - prefix + 1
+    cpu_blocks = cpu_blocks[prefix:]
+    cpu_experts = sorted(b for b, flags in experts_gpu.items() if sum(flags) * 2 < len(flags) and b >= prefix
+                         and b not in cpu_blocks)
     if any(0 < sum(f) < len(f) for f in experts_gpu.values()):
         notes.append("GGUF stores a layer's experts in one tensor: a block's experts go where most of them are.")
+    if cpu_blocks:
+        notes.append("blocks sent to the CPU by -ot keep their KV cache and attention on the GPU (their layer is "
+                     "offloaded): each crosses between CPU and GPU twice per token.")
     ot = []
     # llama.cpp matches -ot patterns with regex_search: anchor them, or 'output.weight' also hits 'attn_output.weight'
     if cpu_blocks:
         ot.append(f"^blk\\.({'|'.join(map(str, cpu_blocks))})\\.=CPU")
     if cpu_experts:
         ot.append(f"^blk\\.({'|'.join(map(str, cpu_experts))})\\.ffn_(up|down|gate)_exps\\.=CPU")
-    if not head_gpu:
+    if not head_gpu and ngl > 0:
         ot.append("^output\\.weight$=CPU")
-    args = ["-ngl", "999"]
+    args = ["-ngl", str(ngl)]
     for rule in ot:
         re.compile(rule.rsplit("=", 1)[0])  # every pattern must be a valid regex
         args += ["-ot", rule]
     command = "llama-cli -m MODEL.gguf " + " ".join(shlex.quote(a) for a in args)
-    return {"args": args, "ngl": 999, "ot": ot, "command": command, "notes": sorted(set(notes))}
+    return {"args": args, "ngl": ngl, "ot": ot, "command": command, "notes": sorted(set(notes))}

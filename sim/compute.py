@@ -14,7 +14,7 @@ from scipy.interpolate import RegularGridInterpolator
 from hwmodels.profiles import ComputeGrid, UnitSignature
 from hwmodels.specs import MachineSpec
 from sim.equations import roofline_s
-from sim.shapes import UnitShape
+from sim.shapes import UnitShape, ggml_ops
 
 
 def signature(unit: UnitShape, family: str) -> UnitSignature:
@@ -150,11 +150,21 @@ def kernel_overhead_s(gpu, dispatch: str) -> float:
         else GRAPH_OVERHEAD_SHARE * gpu.kernel_overhead_s
 
 
+# ggml's CUDA backend computes a step of at most this many tokens with its matrix-vector kernels (ggml-cuda/mmvf.cuh,
+# MMVF_MAX_BATCH_SIZE; mmvq.cuh likewise), which stream the weights once; larger steps go to cuBLAS / MMQ
+MMV_MAX_TOKENS = 8
+
+
 def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
-                  family: str = "", dispatch: str = "graph", grid_scale: float = 1.0) -> float:
+                  family: str = "", dispatch: str = "graph", grid_scale: float = 1.0,
+                  op_s: float | None = None) -> float:
     """`dispatch`: 'graph' for offloadsim's engine (a captured graph per unit), 'eager' for the peers. `grid_scale`:
-    another engine's kernels against a measured grid (a roofline, a bound, is never scaled)."""
+    another engine's kernels against a measured grid (a roofline, a bound, is never scaled). `op_s`: another
+    engine's own decode kernels (llama.cpp's, measured on it): a step of at most MMV_MAX_TOKENS tokens streams the
+    unit's bytes at the GPU's bandwidth and pays `op_s` per operator of its graph (sim.shapes.ggml_ops)."""
     g = machine.gpu
+    if op_s is not None and batch * new_tokens <= MMV_MAX_TOKENS:
+        return unit.bytes_touched(batch, new_tokens, context) / g.vram_bytes_per_s + ggml_ops(unit.kind, family) * op_s
     roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * kernel_overhead_s(g, dispatch))
     grid = find_grid(machine, unit, family, "gpu", dispatch) if machine.compute_grids else None
     return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \
@@ -163,15 +173,16 @@ def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
 
 def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
                   family: str = "", memory: str = "pageable", grid_scale: float = 1.0,
-                  stream_bytes_per_s: float | None = None) -> float:
+                  stream_bytes_per_s: float | None = None, op_s: float = 0.0) -> float:
     """`memory`: where the unit's weights sit, 'pinned' or 'pageable' host memory (each may have its own grid);
     `grid_scale` as for gpu_compute_s. `stream_bytes_per_s`: how fast another engine's own CPU kernels stream
     weights, measured on that engine: a roofline at that speed and the CPU's FLOP rate replaces the machine's grid
     (llama.cpp's matrix-vector kernels stream a layer at one speed whatever its shape, where torch's speed varies by
-    shape; its per-operator cost is inside the measured speed)."""
+    shape), plus `op_s` per operator of its graph (sim.shapes.ggml_ops: ggml joins its threads after each)."""
     c = machine.cpu
     if stream_bytes_per_s is not None:
-        return _roofline(unit, c.flops_per_s, stream_bytes_per_s, 0.0)(batch, new_tokens, context)
+        overhead = ggml_ops(unit.kind, family) * op_s
+        return _roofline(unit, c.flops_per_s, stream_bytes_per_s, overhead)(batch, new_tokens, context)
     roof = _roofline(unit, c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
     grid = find_grid(machine, unit, family, "cpu", "eager", memory) if machine.compute_grids else None
     return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \

@@ -93,6 +93,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     # a peer's own kernels against the measured grids
     scale = {True: peer.cpu_compute_scale, False: peer.gpu_compute_scale} if peer is not None else {True: 1.0, False: 1.0}
     stream = peer.cpu_bytes_per_s if peer is not None else None
+    op_s = {True: peer.cpu_op_s, False: peer.gpu_op_s} if peer is not None else {True: 0.0, False: None}
 
     last_only = peer is not None and peer.head_last_position
 
@@ -100,21 +101,16 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         # the unit index names its shape, kind and family within one model
         if last_only and units[ui].kind == "lm_head":  # logits of the last position of each sequence only
             new, ctx = 1, ctx + new - 1
-        key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu], stream if cpu else None)
+        key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu], stream if cpu else None,
+               op_s[cpu])
         if key not in cache:
             cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], scale[cpu],
-                                       stream) \
-                if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch, scale[cpu])
+                                       stream, op_s[cpu]) \
+                if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch, scale[cpu],
+                                          op_s[cpu])
         return cache[key]
 
-    def row(ui: int, offload: bool) -> tuple:
-        # a peer's offload is decided per operation: it looks rows of a CPU-held embedding up in place (llama.cpp
-        # never offloads GET_ROWS), and its head sees one token per sequence (the last position's logits)
-        kind = units[ui].kind
-        if peer is not None and (kind == "embedding" or kind == "lm_head" and w.batch < (plan.gpu_offload_min_tokens or 0)):
-            offload = False
-        return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload)
-
+    row = _row_maker(model, plan, machine, peer, gpu_exec, w)
     rows = {False: [row(i, False) for i in range(len(units))]}
     shape_of = functools.partial(_step_shape, w, peer is None)
     if not model.is_moe:  # dense: every step runs every unit in order, so a step's columns are the unit rows
@@ -126,6 +122,20 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
+
+
+def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, gpu_exec: bool, w: Workload):
+    """row(unit index, offload) -> the unit's step-invariant columns (_unit_row)."""
+    units, t = model.units, plan.tiers()
+
+    def row(ui: int, offload: bool) -> tuple:
+        # a peer's offload is decided per operation: it looks rows of a CPU-held embedding up in place (llama.cpp
+        # never offloads GET_ROWS), and its head sees one token per sequence (the last position's logits)
+        kind = units[ui].kind
+        small_head = kind == "lm_head" and w.batch < (plan.gpu_offload_min_tokens or 0)
+        offload = offload and not (peer is not None and (kind == "embedding" or small_head))
+        return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload)
+    return row
 
 
 def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, peer, gpu_exec: bool,

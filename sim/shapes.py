@@ -27,6 +27,17 @@ PARAM_MODULES = {"embedding": 1, "decoder": 9, "attention": 6, "mlp": 3, "expert
                  "norm": 1, "lm_head": 1}
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
 
+# Operators that compute (not views) per unit in llama.cpp's graph at decode: ggml's CPU backend joins its threads
+# at a barrier after each (ggml-cpu.c, ggml_graph_compute_thread), its CUDA backend launches one or two kernels.
+# Counted from llama.cpp's graph code (llama-cpp-python 0.3.36's tree: src/models/llama.cpp, qwen3.cpp and
+# llama-graph.cpp's build_norm/build_qkv/build_attn/build_ffn): a decoder is rms_norm+mul, q/k/v mul_mat, two ropes,
+# two KV-cache set_rows, kq mul_mat, soft_max, kqv mul_mat, cont, wo mul_mat, add, rms_norm+mul, up and gate
+# mul_mat, swiglu, down mul_mat, add (22); Qwen3's q/k norms add rms_norm+mul each (4); the embedding is a get_rows,
+# the head the final rms_norm+mul and its mul_mat. The MoE kinds are estimates (mul_mat_id per projection).
+GGML_OPS = {"embedding": 1, "decoder": 22, "attention": 15, "mlp": 7, "expert": 4, "shared-expert": 4, "norm": 2,
+            "lm_head": 3}
+QK_NORM_GGML_OPS = 4
+
 
 # A safetensors checkpoint's shard size by convention (the hub's and transformers 4's 5 GB): how many tensors share
 # a file's header, which Accelerate's disk offload parses at every open
@@ -37,6 +48,12 @@ def param_modules(kind: str, family: str) -> int:
     """Parameter-holding modules of a unit of this kind (peer engines' hooks and per-tensor copies scale with it)."""
     extra = 2 if family in QK_NORM_FAMILIES and kind in ("decoder", "attention") else 0
     return PARAM_MODULES[kind] + extra
+
+
+def ggml_ops(kind: str, family: str) -> int:
+    """Computing operators of a unit of this kind in llama.cpp's graph (GGML_OPS)."""
+    extra = QK_NORM_GGML_OPS if family in QK_NORM_FAMILIES and kind in ("decoder", "attention") else 0
+    return GGML_OPS[kind] + extra
 
 
 class UnitShape(BaseModel):

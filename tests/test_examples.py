@@ -61,6 +61,6 @@ def test_deepseek(tmp_path):
 
 def test_plan_before_deploy(tmp_path):
     r = run("plan_before_deploy.py", tmp_path)
-    assert r["exact"] is True and r["llamacpp_args"][:2] == ["-ngl", "999"]
+    assert r["exact"] is True and r["llamacpp_args"][0] == "-ngl"
     assert float(r["max_memory"]["0"].removesuffix("GiB")) <= 4.0
     assert (tmp_path / "plan_before_deploy.png").exists()

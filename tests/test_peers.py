@@ -259,20 +259,42 @@ def test_llamacpp_cpu_rates_replace_the_grid(toy_machine):
     assert simulate(model, m, plan, W, BIG).summary["time_per_token_s"] == pytest.approx(3.0)
 
 
-def test_fit_recovers_known_cpu_speed_and_gpu_scale(toy_machine):
-    """Runs 'measured' with llama.cpp's CPU streaming 2 B/s and its GPU kernels at 0.7x the grid give back those
-    values: a CPU token of units of 4, 8, 2 bytes takes 7 s, a GPU token 0.7 x 3 x 0.5 s."""
-    truth = PeerSpec(cpu_bytes_per_s=2.0, gpu_compute_scale=0.7)
-    model = toy_model((4, 8, 2))
-    machine = toy_machine.model_copy(update={"compute_grids": _grids(model, {n: ("gpu", 0.5) for n in ("l0", "l1", "l2")})})
-    runs = []
-    for tiers in (["ram_pageable"] * 3, ["vram"] * 3):
-        model, m, plan = _llamacpp(machine, tiers, **truth.model_dump(exclude={"source"}))
-        s = fast_simulate(model, m, plan, W, BIG)
-        runs.append((model, machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], s["ttft_s"])))
-    assert [r.measured_tpot_s for _, _, r in runs] == [pytest.approx(7.0), pytest.approx(0.7 * 1.5)]
+def _llamacpp_of(model, toy_machine, tiers, spec):
+    from sim.policies import make_plan
+    m = with_peer(toy_machine, "llamacpp", spec)
+    names = [u.name for u in model.units]
+    return m, make_plan(model, m, "llamacpp", dict(zip(names, tiers)), {n: "cpu" for n, t in zip(names, tiers)
+                        if t != "vram"}, prefetch_depth=0, overlap_copy=False, vram_slots=1, pinned_slots=0,
+                        pinned_staging=False, engine="llamacpp")
+
+
+def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
+    """llama.cpp's decode: a CPU unit streams its bytes at cpu_bytes_per_s (2 B/s) plus cpu_op_s (0.01 s) per
+    operator of its graph (a decoder: 22), a GPU unit its bytes at the GPU's 10 B/s plus gpu_op_s (0.02 s) per
+    operator, and a GPU run pays step_s (0.3 s) per token. Units of 4, 8, 2 bytes (66 operators) and one of 16 bytes
+    (22): all-CPU tokens of 14 / 2 + 0.66 = 7.66 s and 8 + 0.22 = 8.22 s, all-GPU tokens of 1.4 + 1.32 + 0.3 = 3.02 s
+    and 1.6 + 0.44 + 0.3 = 2.34 s; a 16-token prefill (past MMV_MAX_TOKENS) takes the flat 0.5 s grid x 0.7 per
+    unit + 0.3 = 1.35 s. The fit on those five runs gives the five values back."""
+    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, gpu_op_s=0.02, gpu_compute_scale=0.7)
+    runs, got_times = [], []
+    prefill = Workload(batch=1, prompt_tokens=16, new_tokens=1)
+    for sizes in ((4, 8, 2), (16,)):
+        model = toy_model(sizes)
+        machine = toy_machine.model_copy(update={"compute_grids": _grids(model, {u.name: ("gpu", 0.5)
+                                                                             for u in model.units})})
+        for tier, w in (("ram_pageable", W), ("vram", W), ("vram", prefill)):
+            if sizes == (16,) and w is prefill:
+                continue
+            m, plan = _llamacpp_of(model, machine, [tier] * len(model.units), truth)
+            s = fast_simulate(model, m, plan, w, BIG)
+            gen = w is W
+            got_times.append(s["time_per_token_s"] if gen else s["ttft_s"])
+            runs.append((model, machine, PeerRun("x", plan, w, BIG, s["time_per_token_s"] if gen else float("nan"),
+                                                 float("nan") if gen else s["ttft_s"])))
+    assert got_times == [pytest.approx(t) for t in (7.66, 3.02, 1.35, 8.22, 2.34)]
     got = fit("llamacpp", runs, "test")
-    assert got.cpu_bytes_per_s == pytest.approx(2.0, rel=1e-3) and got.gpu_compute_scale == pytest.approx(0.7, rel=1e-3)
+    for field in ("step_s", "cpu_bytes_per_s", "cpu_op_s", "gpu_op_s", "gpu_compute_scale"):
+        assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-3), field
 
 
 def test_llamacpp_offloads_large_steps_per_operation():

@@ -74,7 +74,9 @@ def test_llamacpp_plan_computes_off_gpu_units_on_the_cpu(capsys, tmp_path):
     assert any(p.tier != "vram" for p in plan.placements)
     assert all(p.compute == "cpu" for p in plan.placements if p.tier != "vram")
     assert all(p.compute == "gpu" for p in plan.placements if p.tier == "vram")
-    assert data["export"]["args"][:2] == ["-ngl", "999"]
+    # a -ngl plan exports as that -ngl: the output and the last blocks on the GPU, no -ot for blocks
+    planned = plan.policy.rsplit("-ngl ", 1)[1].rstrip(")")
+    assert data["export"]["args"][:2] == ["-ngl", planned] and not any("blk" in r for r in data["export"]["ot"])
 
 
 @pytest.mark.parametrize("engine, export", [("airllm", "accelerate"), ("airllm", "llamacpp"),

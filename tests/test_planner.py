@@ -123,11 +123,38 @@ def test_exports():
     assert len(acc["device_map"]) == sum(len(u.modules) for u in q.units if u.kind != "expert") + q.n_blocks
     assert acc["max_memory"]["cpu"].endswith("GiB")
     llama = to_llamacpp(q, p)
-    assert llama["args"][:2] == ["-ngl", "999"]
+    assert llama["args"][0] == "-ngl" and 0 <= int(llama["args"][1]) <= q.n_blocks + 1
     for rule in llama["ot"]:
         pattern, target = rule.rsplit("=", 1)
         re.compile(pattern)
         assert target == "CPU"
+
+
+def _llama_plan(cpu_blocks, head_cpu):
+    from sim.plan import Placement
+    q = load_model("llama-3.1-8b")
+    cpu = [u.kind == "lm_head" and head_cpu or u.block in cpu_blocks and u.kind != "lm_head" for u in q.units]
+    return q, Plan(model=q.name, machine="m", placements=tuple(
+        Placement(unit=u.name, tier="ram_pageable" if c else "vram", compute="cpu" if c else "gpu")
+        for u, c in zip(q.units, cpu)))
+
+
+def test_llamacpp_export_leaves_the_first_blocks_to_ngl():
+    """llama.cpp's -ngl N puts the output and the last N-1 of 32 blocks on the GPU, with each CPU layer's KV cache in
+    RAM; -ot on an offloaded layer keeps its KV cache and attention on the GPU (two crossings per token)."""
+    q, p = _llama_plan({0, 1, 2}, head_cpu=False)
+    ex = to_llamacpp(q, p)
+    assert ex["args"] == ["-ngl", "30"] and ex["ot"] == [] and ex["notes"] == []  # 29 blocks + the output
+    q, p = _llama_plan({0, 1, 2, 5, 9}, head_cpu=True)
+    ex = to_llamacpp(q, p)
+    assert ex["args"] == ["-ngl", "30", "-ot", "^blk\\.(5|9)\\.=CPU", "-ot", "^output\\.weight$=CPU"]
+    assert any("twice per token" in n for n in ex["notes"])
+    q, p = _llama_plan(set(range(32)), head_cpu=True)
+    assert to_llamacpp(q, p)["args"] == ["-ngl", "0"]
+    q, p = _llama_plan(set(range(32)), head_cpu=False)
+    assert to_llamacpp(q, p)["args"] == ["-ngl", "1"]
+    q, p = _llama_plan({4}, head_cpu=False)  # not a prefix: every block offloaded, block 4 sent back by -ot
+    assert to_llamacpp(q, p)["args"] == ["-ngl", "33", "-ot", "^blk\\.(4)\\.=CPU"]
 
 
 def test_llamacpp_export_is_anchored_quoted_and_refuses_opt():

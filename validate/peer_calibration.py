@@ -15,10 +15,10 @@ from scipy.optimize import least_squares, nnls
 
 from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
-from sim.shapes import ModelShape, param_modules
+from sim.shapes import ModelShape, ggml_ops, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
-          "llamacpp": ("cpu_bytes_per_s", "gpu_compute_scale")}
+          "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_op_s", "gpu_op_s", "gpu_compute_scale")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 RATES = {"cpu_bytes_per_s": "memory_bytes_per_s"}  # started at the machine's CPU
 
@@ -44,27 +44,37 @@ def predict(model: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
 
 def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.ndarray:
     """How many times per token the run pays each parameter."""
-    loaded = [u for u in model.units if run.plan.tiers()[u.name].tier != "vram"
-              and run.plan.tiers()[u.name].compute == "gpu"]
+    t = run.plan.tiers()
+    loaded = [u for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
+    ops = {dev: float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == dev))
+           for dev in ("cpu", "gpu")}
     count = {"step_s": 1.0, "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
-             "load_unit_s": float(len(loaded))}
+             "load_unit_s": float(len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"]}
     return np.array([count[p] for p in params])
 
 
+def measured(run: PeerRun) -> tuple[str, float]:
+    """What a run measured: its time per token, or its first token where it timed that alone (a prompt test)."""
+    return ("time_per_token_s", run.measured_tpot_s) if np.isfinite(run.measured_tpot_s) \
+        else ("ttft_s", run.measured_ttft_s)
+
+
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
-    """The peer's parameters that best explain `runs` (relative error of the time per token, least squares through
-    the simulator): costs >= 0, started from the linear estimate (residual = costs x counts); kernel scales >= 0.05,
+    """The peer's parameters that best explain `runs` (relative error of what each measured, its time per token or
+    its first token alone, least squares through the simulator): costs >= 0, started from the linear estimate (residual = costs x counts); kernel scales >= 0.05,
     started from 1; kernel rates > 0, started at the machine's CPU values."""
     params = PARAMS[engine]
     costs = tuple(p for p in params if p not in SCALES and p not in RATES)
     cpu = runs[0][1].cpu
     start = {p: float(getattr(cpu, RATES[p])) if p in RATES else 1.0 if p in SCALES else 0.0 for p in params}
     base = runs[0][1].peers[engine].model_copy(update=start)
-    A = np.array([features(model, r, costs) for model, _, r in runs])
+    per_token = [(model, m, r) for model, m, r in runs if np.isfinite(r.measured_tpot_s)]
+    A = np.array([features(model, r, costs) for model, _, r in per_token])
     b = np.array([r.measured_tpot_s - predict(model, with_peer(m, engine, base), r)["time_per_token_s"]
-                  for model, m, r in runs])
-    if costs:  # scipy's nnls aborts on zero columns
-        start.update(zip(costs, nnls(A, np.maximum(b, 0.0))[0]))
+                  for model, m, r in per_token])
+    used = [i for i in range(len(costs)) if A.size and A[:, i].any()]  # scipy's nnls aborts on zero columns
+    if used:
+        start.update(zip([costs[i] for i in used], nnls(A[:, used], np.maximum(b, 0.0))[0]))
     x0 = np.array([start[p] for p in params])
     lower = np.array([0.05 if p in SCALES else 1e-6 * x0[i] if p in RATES else 0.0 for i, p in enumerate(params)])
 
@@ -73,7 +83,7 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
 
     def residuals(x: np.ndarray) -> np.ndarray:
         s = spec(np.maximum(x, lower))
-        return np.array([predict(model, with_peer(m, engine, s), r)["time_per_token_s"] / r.measured_tpot_s - 1
+        return np.array([predict(model, with_peer(m, engine, s), r)[measured(r)[0]] / measured(r)[1] - 1
                          for model, m, r in runs])
     res = least_squares(residuals, x0, bounds=(lower, np.inf), x_scale=np.maximum(x0, 1e-3), diff_step=1e-3)
     return spec(res.x).model_copy(update={"source": source})
