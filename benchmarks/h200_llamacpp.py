@@ -221,6 +221,10 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
         try:
             exp = exported(shape, machine, fraction, a.gen)
             exp["bench"] = bench(binary, gguf_path, exp["bench_args"], prompts[:1], a.gen, a.reps)
+            cpu_first = layers + 1 - int(exp["export"]["ngl"])
+            if 0 < cpu_first <= layers and not exp["export"]["ot"]:  # the same placement by -ot: KV on the GPU
+                rule = f"^blk\\.({'|'.join(map(str, range(cpu_first)))})\\.=CPU"
+                exp["bench_ot"] = bench(binary, gguf_path, ["-ngl", "999", "-ot", rule], prompts[:1], a.gen, a.reps)
             entry["exported"].append(exp)
         except Exception as exc:
             entry["exported"].append({"fraction": fraction, "error": f"{type(exc).__name__}: {exc}",
