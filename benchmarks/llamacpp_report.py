@@ -8,7 +8,7 @@ stream weights at and its per-operator cost there, its GPU decode kernels' per-o
 its prefill kernels against the GPU grid; validate/peer_calibration.py) are fitted on the architectures named by
 --fit (default: the first of the first file): generation at the smallest and the largest -ngl and the 128-token
 prompt at the largest. Every other record is held out. Each setting's time is the median of its repetitions.
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h}.json --fit llamacpp-a.json:llama-8b \
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i}.json --fit llamacpp-a.json:llama-8b \
      --fit llamacpp-g.json:qwen3-0.6b [--json OUT]
 """
 from __future__ import annotations
