@@ -57,15 +57,15 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
     return out
 
 
+FIT_PROMPT = 128  # the prompt length of the prefill run fitted
+
+
 def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
     """Generation at the smallest and the largest -ngl (the CPU's streaming speed and per-operator cost, the GPU's
     decode kernels), and the first prompt test at the largest (its prefill kernels against the GPU grid)."""
     if kind != "ngl" or rec["n_gpu_layers"] not in (min(ngls), max(ngls)):
         return False
     return rec["n_gen"] > 0 or rec["n_gpu_layers"] == max(ngls) and rec["n_prompt"] == FIT_PROMPT
-
-
-FIT_PROMPT = 128
 
 
 def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
@@ -137,8 +137,9 @@ def main() -> None:
                          "FILE:ARCH with the file's base name, e.g. llamacpp-a.json:llama-8b.")
     cal = [(shape, machine, run) for e, shape, machine, runs in loaded if fitted_on(e, fit_on) for kind, rec, run in
            runs if is_calibration(kind, rec, [r.get("n_gpu_layers") for k, r, _ in runs if k == "ngl"])]
-    src = (f"[M] measured: fitted on {len(cal)} llama-bench runs of {', '.join(fit_on)} ({', '.join(r.label for _, _, r in cal)}) "
-           f"on the H200 test machine (benchmarks/h200_llamacpp.py, llamacpp_report.py)")
+    src = (f"[M] measured: fitted on {len(cal)} llama-bench runs of {', '.join(fit_on)} "
+           f"({', '.join(r.label for _, _, r in cal)}) on the H200 test machine (benchmarks/h200_llamacpp.py, "
+           "llamacpp_report.py)")
     spec = fit("llamacpp", cal, src)
     print("llamacpp fitted:", {k: v for k, v in spec.model_dump().items() if isinstance(v, float)})
     rows = rows_of(loaded, spec, fit_on)

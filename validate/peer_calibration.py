@@ -61,8 +61,9 @@ def measured(run: PeerRun) -> tuple[str, float]:
 
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
     """The peer's parameters that best explain `runs` (relative error of what each measured, its time per token or
-    its first token alone, least squares through the simulator): costs >= 0, started from the linear estimate (residual = costs x counts); kernel scales >= 0.05,
-    started from 1; kernel rates > 0, started at the machine's CPU values."""
+    its first token alone, least squares through the simulator): costs >= 0, started from the linear estimate on the
+    per-token runs (residual = costs x counts); kernel scales >= 0.05, started from 1; kernel rates > 0, started at
+    the machine's CPU values."""
     params = PARAMS[engine]
     costs = tuple(p for p in params if p not in SCALES and p not in RATES)
     cpu = runs[0][1].cpu
