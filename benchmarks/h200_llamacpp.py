@@ -167,6 +167,19 @@ def host_state(n: int = 5) -> dict:
             speeds[-1]]}
 
 
+def host_info() -> dict:
+    """The host CPU as the OS reports it: lscpu's summary and each cache level's size (a CPU share whose weights fit
+    the last-level cache streams faster than memory)."""
+    caches = {}
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            caches[d.name] = {k: (d / k).read_text().strip() for k in ("level", "type", "size", "shared_cpu_list")}
+        except OSError:
+            continue
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True) if shutil.which("lscpu") else None
+    return {"lscpu": lscpu.stdout if lscpu else "", "caches": caches, "nproc": os.cpu_count()}
+
+
 def exported(shape, machine, fraction: float, gen: int) -> dict:
     """`plan --engine llamacpp --export llamacpp` with a GPU budget of `fraction` of the weights."""
     from planner.engines import plan_for_engine
@@ -177,18 +190,43 @@ def exported(shape, machine, fraction: float, gen: int) -> dict:
     rep = plan_for_engine("llamacpp", shape, machine, w, budgets)
     if rep.plan is None:
         raise RuntimeError(rep.reason)
-    exp = to_llamacpp(shape, rep.plan)
+    exp = to_llamacpp(shape, rep.plan, w, machine.cpu.cores)
     args = ["-ngl", str(exp["ngl"])] + (["-ot", ";".join(exp["ot"])] if exp["ot"] else [])
     return {"fraction": fraction, "vram_bytes": budgets.vram_bytes, "plan": json.loads(rep.plan.model_dump_json()),
             "export": exp, "bench_args": args}
 
 
+def settings_of(a, layers: int, prompts: list[int], exports: list[dict]) -> list[tuple]:
+    """(kind, llama-bench args, prompt lengths, exported plan or None) for every setting of one architecture: the
+    -ngl sweep, the thread counts at one -ngl, and each exported plan in its -ngl form and (for a leading CPU run)
+    the same placement by -ot, whose layers keep their KV cache on the GPU."""
+    if a.ngl_every:  # 0, K, 2K, ... and every layer with the head
+        ngls = [str(n) for n in range(0, layers + 1, a.ngl_every)] + [str(layers + 1)]
+    elif a.ngl_shares:
+        ngls = [str(min(round(float(f) * layers), layers + 1)) for f in a.ngl_shares.split(",")]
+    else:
+        ngls = a.ngl.split(",")
+    out = [("ngl", ["-ngl", n], prompts, None) for n in dict.fromkeys(ngls)]
+    at = str(min(round(a.threads_at * layers), layers + 1))
+    out += [("threads", ["-ngl", at, "-t", t], [0], None) for t in a.threads.split(",") if t]
+    for exp in exports:
+        out.append(("exported", exp["bench_args"], prompts[:1], exp))
+        cpu_first = layers + 1 - int(exp["export"]["ngl"])
+        if a.ot and 0 < cpu_first <= layers and not exp["export"]["ot"]:
+            rule = f"^blk\\.({'|'.join(map(str, range(cpu_first)))})\\.=CPU"
+            out.append(("exported_ot", ["-ngl", "999", "-ot", rule], prompts[:1], exp))
+    return out
+
+
 def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline: float) -> None:
-    """One architecture: checkpoint, calibrate, GGUF, the -ngl sweep, then the exported plans."""
+    """One architecture: checkpoint, calibrate, GGUF, the exported plans, then every setting (settings_of) in
+    --rounds interleaved rounds, so that a slow spell of a shared host spreads over the settings instead of landing
+    on one."""
     from benchmarks.h200_peers import prepare
     from sim.models import load_model
     import torch
-    ckpt, _, config, machine, entry = prepare(spec, work, "cuda" if torch.cuda.is_available() else "cpu")
+    ckpt, _, config, machine, entry = prepare(spec, work, "cuda" if torch.cuda.is_available() else "cpu",
+                                              calibrated=not a.no_calibrate)
     entry.update(llamacpp=[], exported=[])
     result["archs"].append(entry)
     t = time.perf_counter()
@@ -201,36 +239,31 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
     save()
     prompts = [int(p) for p in a.prompts.split(",")]
     layers = config["num_hidden_layers"]
-    ngls = [str(min(round(float(f) * layers), layers + 1)) for f in a.ngl_shares.split(",")] if a.ngl_shares \
-        else a.ngl.split(",")
-    entry["host_before"] = host_state()
-    for ngl in ngls:
-        if time.perf_counter() > deadline:
-            entry["llamacpp"].append({"args": ["-ngl", ngl], "skipped": "deadline"})
-            continue
+    for fraction in (float(f) for f in a.export_shares.split(",") if f):
         try:
-            entry["llamacpp"] += bench(binary, gguf_path, ["-ngl", ngl], prompts, a.gen, a.reps)
-        except Exception as exc:
-            entry["llamacpp"].append({"args": ["-ngl", ngl], "error": f"{type(exc).__name__}: {exc}"})
-            log(spec, "ngl", ngl, "FAILED", exc)
-        save()
-    entry["host_after"] = host_state()
-    for fraction in (0.35, 0.7):
-        if time.perf_counter() > deadline:
-            break
-        try:
-            exp = exported(shape, machine, fraction, a.gen)
-            exp["bench"] = bench(binary, gguf_path, exp["bench_args"], prompts[:1], a.gen, a.reps)
-            cpu_first = layers + 1 - int(exp["export"]["ngl"])
-            if 0 < cpu_first <= layers and not exp["export"]["ot"]:  # the same placement by -ot: KV on the GPU
-                rule = f"^blk\\.({'|'.join(map(str, range(cpu_first)))})\\.=CPU"
-                exp["bench_ot"] = bench(binary, gguf_path, ["-ngl", "999", "-ot", rule], prompts[:1], a.gen, a.reps)
-            entry["exported"].append(exp)
+            entry["exported"].append(dict(exported(shape, machine, fraction, a.gen), bench=[], bench_ot=[]))
         except Exception as exc:
             entry["exported"].append({"fraction": fraction, "error": f"{type(exc).__name__}: {exc}",
                                       "trace": traceback.format_exc()[-1500:]})
             log(spec, "exported", fraction, "FAILED", exc)
+    settings = settings_of(a, layers, prompts, [e for e in entry["exported"] if "error" not in e])
+    entry["host_before"] = host_state()
+    for rnd in range(a.rounds):
+        for kind, args, plens, exp in settings:
+            if time.perf_counter() > deadline:
+                entry.setdefault("skipped", []).append({"round": rnd, "args": args})
+                continue
+            try:
+                recs = [dict(r, round=rnd, kind=kind) for r in bench(binary, gguf_path, args, plens, a.gen, a.reps)]
+            except Exception as exc:
+                recs = [{"args": args, "round": rnd, "kind": kind, "error": f"{type(exc).__name__}: {exc}"}]
+                log(spec, *args, "FAILED", exc)
+            if exp is None:
+                entry["llamacpp"] += recs
+            else:
+                exp["bench" if kind == "exported" else "bench_ot"] += recs
         save()
+    entry["host_after"] = host_state()
     gguf_path.unlink(missing_ok=True)
 
 
@@ -247,6 +280,18 @@ def main() -> None:
     ap.add_argument("--prompts", default="128,512")
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ngl-every", type=int, default=0, help="-ngl 0, K, 2K, ... and every layer with the head: "
+                    "replaces --ngl")
+    ap.add_argument("--threads", default="", help="thread counts (-t) to time generation with, at --threads-at")
+    ap.add_argument("--threads-at", type=float, default=0.5, help="the -ngl of the --threads runs, as a share of the "
+                    "layers")
+    ap.add_argument("--export-shares", default="0.35,0.7", help="GPU budgets of the exported plans, as shares of "
+                    "the weights")
+    ap.add_argument("--ot", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run each exported -ngl plan in the -ot form")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds over every setting")
+    ap.add_argument("--no-calibrate", action="store_true", help="skip offloadsim's calibrate (generation only: the "
+                    "engine model prices decode from the preset's bandwidth)")
     ap.add_argument("--no-cuda", action="store_true", help="a CPU build: a smoke test on a machine without a GPU")
     ap.add_argument("--build-timeout-s", type=float, default=450)
     ap.add_argument("--budget-s", type=float, default=520, help="start no llama-bench run after this many seconds")
@@ -254,7 +299,8 @@ def main() -> None:
     t0 = time.perf_counter()
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv), "archs": []}
+    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv), "host": host_info(),
+              "archs": []}
 
     def save():
         tmp = out.with_suffix(".tmp")

@@ -136,9 +136,9 @@ def exported_plan(shape, machine, w, vram: int, ram: int) -> dict:
             "export": exp}
 
 
-def prepare(spec: str, work: Path, dev: str) -> tuple:
-    """A random-weight checkpoint of NAME[:LAYERS] and its calibration. Returns (checkpoint, shape, config,
-    machine, the entry to record)."""
+def prepare(spec: str, work: Path, dev: str, calibrated: bool = True) -> tuple:
+    """A random-weight checkpoint of NAME[:LAYERS] and its calibration (or, not calibrated, the h200-testbox preset
+    as the profile). Returns (checkpoint, shape, config, machine, the entry to record)."""
     from hwmodels.presets import load_machine
     from sim.models import load_model
     from validate.calibrate import calibrate
@@ -155,7 +155,8 @@ def prepare(spec: str, work: Path, dev: str) -> tuple:
     shape = load_model(str(ckpt))
     config = json.loads((ckpt / "config.json").read_text())
     t = time.perf_counter()
-    prof = calibrate("h200-testbox", base, config, quick=dev != "cuda")
+    prof = calibrate("h200-testbox", base, config, quick=dev != "cuda") if calibrated else \
+        {"machine": json.loads(load_machine("h200-testbox").model_dump_json()), "calibrate": "skipped: the preset"}
     prof_path = base / "profile.json"
     prof_path.write_text(json.dumps(prof, default=float))
     entry = {"arch": arch, "layers": config["num_hidden_layers"], "calibrate_s": time.perf_counter() - t,

@@ -41,19 +41,39 @@ def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None
     return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t)
 
 
-def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, dict, PeerRun]]:
-    """(kind, record, run) for every record: kind 'ngl' for the sweep, 'exported' for the planner's -ot plans."""
-    out = []
-    for rec in entry["llamacpp"]:
+def pooled(recs: list[dict]) -> list[dict]:
+    """Records of one setting timed in several rounds (h200_llamacpp.py --rounds) as one, their repetitions
+    pooled; failed runs dropped."""
+    groups: dict[tuple, list[dict]] = {}
+    for rec in recs:
         if "avg_ns" in rec:
-            out.append(("ngl", rec, run_of(rec, shape, machine, None, f"-ngl {rec['n_gpu_layers']}")))
+            key = (rec.get("kind", ""), tuple(rec.get("args") or ()), rec["n_prompt"], rec["n_gen"])
+            groups.setdefault(key, []).append(rec)
+    out = []
+    for group in groups.values():
+        samples = [x for rec in group for x in (rec.get("samples_ns") or [rec["avg_ns"]])]
+        mean = statistics.fmean(samples)
+        sd = statistics.stdev(samples) if len(samples) > 1 else group[0]["stddev_ns"]
+        out.append(dict(group[0], samples_ns=samples, avg_ns=mean, stddev_ns=sd, rounds=len(group)))
+    return out
+
+
+def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, dict, PeerRun]]:
+    """(kind, record, run) for every setting: 'ngl' for the sweep, 'threads' for other thread counts, 'exported'
+    for the planner's plans as exported, 'exported_ot' for a plan's leading CPU run sent back by -ot instead."""
+    out = []
+    for rec in pooled(entry["llamacpp"]):
+        kind = rec.get("kind", "ngl")
+        label = " ".join(rec["args"]) if kind == "threads" else f"-ngl {rec['n_gpu_layers']}"
+        out.append((kind, rec, run_of(rec, shape, machine, None, label)))
     for exp in entry["exported"]:
         if "error" in exp:
             continue
         plan = Plan.model_validate(exp["plan"]).model_copy(update={"engine": "llamacpp"})
-        for rec in exp["bench"]:
-            out.append(("exported", dict(rec, fraction=exp["fraction"]),
-                        run_of(rec, shape, machine, plan, f"exported plan, GPU {exp['fraction']:.0%}")))
+        for kind, recs, form in (("exported", exp["bench"], ""), ("exported_ot", exp.get("bench_ot", []), " by -ot")):
+            for rec in pooled(recs):
+                out.append((kind, dict(rec, fraction=exp["fraction"]),
+                            run_of(rec, shape, machine, plan, f"exported plan, GPU {exp['fraction']:.0%}{form}")))
     return out
 
 
@@ -93,7 +113,7 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
             s = predict(shape, m, run)
             gen = rec["n_gen"] > 0
             pred, meas = (s["time_per_token_s"], run.measured_tpot_s) if gen else (s["ttft_s"], run.measured_ttft_s)
-            rows.append({"file": e["file"], "arch": e["arch"], "run": run.label, "test": f"tg{rec['n_gen']}" if gen
+            rows.append({"file": e["file"], "arch": e["arch"], "kind": kind, "run": run.label, "test": f"tg{rec['n_gen']}" if gen
                          else f"pp{rec['n_prompt']}", "ngl": rec["n_gpu_layers"], "ot": rec.get("tensor_buft_overrides"),
                          "threads": rec.get("n_threads"),
                          "calibration": fitted_on(e, fit_on) and is_calibration(kind, rec, ngls),
@@ -112,13 +132,17 @@ def summarise(rows: list[dict]) -> dict:
         return {"runs": len(errs), "median_abs_error_pct": statistics.median(errs) if errs else None,
                 "worst_abs_error_pct": max(errs) if errs else None}
     held = [r for r in rows if not r["calibration"]]
-    out = {test: stats([r for r in held if r["test"].startswith(test)]) for test in ("tg", "pp")}
-    tg = [r for r in held if r["test"].startswith("tg")]
+    # what the engine model prices: llama-bench's own thread count, and the placements as exported
+    priced = [r for r in held if r["kind"] in ("ngl", "exported")]
+    out = {test: stats([r for r in priced if r["test"].startswith(test)]) for test in ("tg", "pp")}
+    tg = [r for r in priced if r["test"].startswith("tg")]
     for f in sorted({r["file"] for r in rows}):
         out[f"tg {f}"] = stats([r for r in tg if r["file"] == f])
     exported = [r for r in tg if r["run"].startswith("exported")]
     out["tg exported, -ngl form"] = stats([r for r in exported if r["ngl"] != 999])
     out["tg exported, -ot form"] = stats([r for r in exported if r["ngl"] == 999])
+    for kind in ("exported_ot", "threads"):  # not priced as run: the -ot form's KV on the GPU, other thread counts
+        out[f"tg {kind} (not priced as run)"] = stats([r for r in held if r["kind"] == kind and r["test"] != "pp"])
     return out
 
 

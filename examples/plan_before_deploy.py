@@ -19,10 +19,10 @@ budgets = Budgets.of(machine, vram=4 * GiB)
 rep = plan_with_report(model, machine, w, budgets, time_budget_s=1.0)
 plan = rep.plan
 acc = to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes)
-llama = to_llamacpp(model, plan)
+llama = to_llamacpp(model, plan, w, machine.cpu.cores)
 print(f"Qwen3-14B at 4 GiB on rtx3080-laptop: {rep.summary['time_per_token_s']:.3f} s/token predicted")
 print("accelerate max_memory:", json.dumps(acc["max_memory"]), f"({sum(1 for v in acc['device_map'].values() if v == 0)} modules on GPU 0)")
-print("llama.cpp:", " ".join(llama["args"]))
+print("llama.cpp:", llama["command"])
 for note in acc["notes"] + llama["notes"]:
     print("note:", note)
 

@@ -138,7 +138,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
     data["layers"] = _placement_rows(model, plan, attrib)
     if args.export and plan.feasible:
         data["export"] = to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes) if args.export == "accelerate" \
-            else to_llamacpp(model, plan)
+            else to_llamacpp(model, plan, w, machine.cpu.cores)
     if not plan.feasible:
         if args.json:
             emit(args, data, "")
@@ -204,7 +204,7 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
             "layers": _placement_rows(model, plan, attrib)}
     if args.export:
         data["export"] = to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes) \
-            if args.export == "accelerate" else to_llamacpp(model, plan)
+            if args.export == "accelerate" else to_llamacpp(model, plan, w, machine.cpu.cores)
     lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
              f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
              f"{engine}: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s, request "

@@ -60,10 +60,27 @@ def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes:
     return {"device_map": device_map, "max_memory": max_memory, "python": python, "notes": sorted(set(notes))}
 
 
-def to_llamacpp(model: ModelShape, plan: Plan) -> dict:
-    """{'args': [...], 'ngl': N, 'ot': [...], 'notes': [...]}. CPU-placed blocks that are the first ones are left
-    to `-ngl` (llama.cpp's own split: the last N layers, the output counted first, on the GPU, each CPU layer with
-    its KV cache in RAM); other CPU blocks, expert tensors and a CPU head go by anchored -ot rules."""
+def llamacpp_runtime(workload: Workload | None, threads: int | None) -> tuple[str, list[str]]:
+    """The program and the arguments that make llama.cpp run the request the plan was priced for: the context of
+    the request's tokens (llama.cpp's default, -c 0, takes the model's trained context, whose KV cache the plan did
+    not budget), one slot per sequence (llama-server -np; llama-cli runs one), the threads of the CPU the engine's
+    costs were measured with, and -fit off (by default llama.cpp changes unset placement and context to fill free
+    device memory: common/common.cpp common_fit_params)."""
+    args = []
+    program = "llama-server" if workload is not None and workload.batch > 1 else "llama-cli"
+    if workload is not None:
+        args += ["-c", str(workload.batch * (workload.prompt_tokens + workload.new_tokens))]
+        args += ["-np", str(workload.batch)] if workload.batch > 1 else []
+    args += ["-t", str(threads)] if threads else []
+    return program, args + ["-fit", "off"]
+
+
+def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None, threads: int | None = None) -> dict:
+    """{'args': [...], 'ngl': N, 'ot': [...], 'runtime_args': [...], 'command': '...', 'notes': [...]}. CPU-placed
+    blocks that are the first ones are left to `-ngl` (llama.cpp's own split: the last N layers, the output counted
+    first, on the GPU, each CPU layer with its KV cache in RAM); other CPU blocks, expert tensors and a CPU head go
+    by anchored -ot rules. `args` is the placement; `runtime_args` the request's context, slots and threads
+    (llamacpp_runtime); `command` both, shell-quoted."""
     if model.family not in LLAMACPP_FAMILIES:
         raise InputError(f"export: llama.cpp cannot run a {model.family!r} model; export for accelerate instead "
                          "(--export accelerate).")
@@ -106,5 +123,7 @@ def to_llamacpp(model: ModelShape, plan: Plan) -> dict:
     for rule in ot:
         re.compile(rule.rsplit("=", 1)[0])  # every pattern must be a valid regex
         args += ["-ot", rule]
-    command = "llama-cli -m MODEL.gguf " + " ".join(shlex.quote(a) for a in args)
-    return {"args": args, "ngl": ngl, "ot": ot, "command": command, "notes": sorted(set(notes))}
+    program, runtime = llamacpp_runtime(workload, threads)
+    command = f"{program} -m MODEL.gguf " + " ".join(shlex.quote(a) for a in args + runtime)
+    return {"args": args, "ngl": ngl, "ot": ot, "runtime_args": runtime, "command": command,
+            "notes": sorted(set(notes))}

@@ -157,6 +157,20 @@ def test_llamacpp_export_leaves_the_first_blocks_to_ngl():
     assert to_llamacpp(q, p)["args"] == ["-ngl", "33", "-ot", "^blk\\.(4)\\.=CPU"]
 
 
+def test_llamacpp_export_runs_the_request_it_was_priced_for():
+    """The command sets the context to the request's tokens (llama.cpp's default is the model's trained context),
+    one slot per sequence, the threads, and turns off llama.cpp's own fitting of unset placement to free memory."""
+    import shlex
+    q, p = _llama_plan({0, 1}, head_cpu=False)
+    ex = to_llamacpp(q, p, Workload(batch=1, prompt_tokens=100, new_tokens=28), threads=16)
+    assert ex["runtime_args"] == ["-c", "128", "-t", "16", "-fit", "off"]
+    words = shlex.split(ex["command"])
+    assert words[0] == "llama-cli" and words[3:] == ["-ngl", "31", "-c", "128", "-t", "16", "-fit", "off"]
+    ex = to_llamacpp(q, p, Workload(batch=4, prompt_tokens=100, new_tokens=28))  # 4 sequences of 128 tokens
+    assert ex["runtime_args"] == ["-c", "512", "-np", "4", "-fit", "off"]
+    assert shlex.split(ex["command"])[0] == "llama-server" and ex["args"] == ["-ngl", "31"]
+
+
 def test_llamacpp_export_is_anchored_quoted_and_refuses_opt():
     """Issue 11: llama.cpp matches -ot with regex_search; the head rule must not hit blk.N.attn_output.weight."""
     import shlex
@@ -172,7 +186,7 @@ def test_llamacpp_export_is_anchored_quoted_and_refuses_opt():
     assert re.search(head, "output.weight") and not re.search(head, "blk.0.attn_output.weight")
     blk = next(x for x in pats if "blk" in x)
     assert re.search(blk, "blk.3.ffn_up.weight") and not re.search(blk, "blk.13.ffn_up.weight")
-    assert shlex.split(ex["command"])[3:] == ex["args"]            # pastes into a shell as the same arguments
+    assert shlex.split(ex["command"])[3:] == ex["args"] + ex["runtime_args"]  # pastes into a shell as the same arguments
     opt = load_model("opt-175b")
     with pytest.raises(InputError, match="llama.cpp cannot run"):
         to_llamacpp(opt, Plan(model=opt.name, machine="m",
