@@ -18,11 +18,15 @@ import json
 import statistics
 from pathlib import Path
 
+from hwmodels.presets import load_machine
 from hwmodels.specs import MachineSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.policies import llamacpp_ngl
 from sim.shapes import ModelShape
 from validate.peer_calibration import PeerRun, fit, predict, with_peer
+
+
+HOST = load_machine("h200-testbox")
 
 
 def budgets(machine: MachineSpec) -> Budgets:
@@ -81,11 +85,13 @@ FIT_PROMPT = 128  # the prompt length of the prefill run fitted
 
 
 def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
-    """Generation at the smallest and the largest -ngl (the CPU's streaming speed and per-operator cost, the GPU's
-    decode kernels), and the first prompt test at the largest (its prefill kernels against the GPU grid)."""
-    if kind != "ngl" or rec["n_gpu_layers"] not in (min(ngls), max(ngls)):
+    """Generation at the smallest -ngl, the largest, and the one below the largest (the CPU's streaming speed from
+    memory and from its last-level cache when that share fits it, its per-operator cost, the GPU's decode kernels),
+    and the first prompt test at the largest (its prefill kernels against the GPU grid)."""
+    ranked = sorted(set(ngls))
+    if kind != "ngl" or rec["n_gpu_layers"] not in {ranked[0], *ranked[-2:]}:
         return False
-    return rec["n_gen"] > 0 or rec["n_gpu_layers"] == max(ngls) and rec["n_prompt"] == FIT_PROMPT
+    return rec["n_gen"] > 0 or rec["n_gpu_layers"] == ranked[-1] and rec["n_prompt"] == FIT_PROMPT
 
 
 def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
@@ -95,7 +101,10 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
             if "error" in e or "gguf_shape" not in e:
                 continue
             shape = ModelShape.model_validate(e["gguf_shape"])
-            machine = MachineSpec.model_validate({k: v for k, v in e["profile"]["machine"].items() if k != "peers"})
+            data = {k: v for k, v in e["profile"]["machine"].items() if k != "peers"}
+            # every call ran on the same host; profiles written before the cache size was recorded lack it
+            data["cpu"] = {**data["cpu"], "llc_bytes": data["cpu"].get("llc_bytes") or HOST.cpu.llc_bytes}
+            machine = MachineSpec.model_validate(data)
             out.append((dict(e, file=Path(f).name), shape, machine, runs_of(e, shape, machine)))
     return out
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, NonNegativeFloat
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, NonNegativeFloat, NonNegativeInt
 
 from hwmodels.profiles import ComputeGrid, H2DPoint
 
@@ -89,6 +89,9 @@ class CpuSpec(Spec):
     memory_bytes_per_s: PositiveFloat = Field(description="RAM bandwidth the CPU achieves in matrix-vector work.")
     flops_per_s: PositiveFloat = Field(description="Achievable BF16 FLOP/s for matrix work (all cores).")
     op_overhead_s: NonNegativeFloat = Field(default=20e-6, description="Overhead per operator on the CPU.")
+    llc_bytes: NonNegativeInt | None = Field(default=None, description="The last-level cache the compute threads "
+                                             "share (lscpu's L3): a CPU share of the weights that fits in it is read "
+                                             "from it on every token after the first. Absent: not known, no effect.")
     unpack_bytes_per_s_per_thread: dict[str, PositiveFloat] = Field(
         description="Lossless decode speed per thread by codec, in decoded bytes per second.")
     unpack_threads: PositiveInt = Field(description="Threads an engine gives to unpacking.")
@@ -131,6 +134,14 @@ class PeerSpec(Spec):
                                                   "CPU kernels stream weights: a CPU-computed unit takes the roofline "
                                                   "of this and the CPU's FLOP rate, instead of the CPU grid and its "
                                                   "scale. Absent: the grid.")
+    cpu_cache_bytes_per_s: PositiveFloat | None = Field(default=None, description="With cpu_bytes_per_s: the speed "
+                                                        "instead when every weight the CPU computes with fits in "
+                                                        "cpu_cache_share of the CPU's last-level cache (cpu.llc_bytes): "
+                                                        "they stay there from one token to the next. Absent: none.")
+    cpu_cache_share: float = Field(default=0.6, gt=0, le=1, description="The share of the last-level cache the "
+                                   "weights may take and stay in it (the KV cache, activations, the code and other "
+                                   "processes hold the rest; replacement is not perfect): measured on the H200 host "
+                                   "(300 MiB L3) between 176 MB (7 Qwen3-0.6B layers: fast) and 201 MB (8: not), calls G and J, docs/peers.md.")
     cpu_op_s: NonNegativeFloat = Field(default=0.0, description="With cpu_bytes_per_s: per computing operator of a "
                                        "CPU-computed unit in the engine's own graph (sim.shapes.GGML_OPS; llama.cpp "
                                        "joins its threads after each), on top of the streaming time.")

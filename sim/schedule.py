@@ -92,7 +92,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]  # where a CPU unit reads
     # a peer's own kernels against the measured grids
     scale = {True: peer.cpu_compute_scale, False: peer.gpu_compute_scale} if peer is not None else {True: 1.0, False: 1.0}
-    stream = peer.cpu_bytes_per_s if peer is not None else None
+    stream = cpu_stream_bytes_per_s(model, plan, machine, peer)
     op_s = {True: peer.cpu_op_s, False: peer.gpu_op_s} if peer is not None else {True: 0.0, False: None}
 
     last_only = peer is not None and peer.head_last_position
@@ -122,6 +122,20 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
+
+
+def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, peer) -> float | None:
+    """The speed a peer's own CPU kernels stream weights at in this plan: from the last-level cache when every weight
+    the CPU computes with fits in its share of it (read each token, they stay there), else from memory; None when
+    the peer's CPU is priced by the grids instead. The embedding is a row lookup: it touches one row per token."""
+    if peer is None or peer.cpu_bytes_per_s is None:
+        return None
+    llc = machine.cpu.llc_bytes
+    if peer.cpu_cache_bytes_per_s is None or not llc:
+        return peer.cpu_bytes_per_s
+    t = plan.tiers()
+    cpu_bytes = sum(u.nbytes for u in model.units if t[u.name].compute == "cpu" and u.kind != "embedding")
+    return peer.cpu_cache_bytes_per_s if 0 < cpu_bytes <= peer.cpu_cache_share * llc else peer.cpu_bytes_per_s
 
 
 def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, gpu_exec: bool, w: Workload):

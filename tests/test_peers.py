@@ -297,6 +297,38 @@ def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
         assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-3), field
 
 
+def test_llamacpp_cpu_share_in_the_last_level_cache_streams_faster(toy_machine):
+    """A CPU share whose weights fit cpu_cache_share (0.6) of a 25-byte last-level cache (15 bytes) streams at
+    cpu_cache_bytes_per_s (7 B/s): units of 4, 8, 2 bytes (14 bytes, 66 operators) all on the CPU take 14 / 7 +
+    0.66 = 2.66 s a token; one of 16 bytes does not fit and takes 16 / 2 + 0.22 = 8.22 s. Without a known cache
+    size the memory speed holds (7.66 s). The fit gives the cache speed back (within 2%: it stops short on the GPU
+    runs' two costs), and leaves it out when no run's CPU share fits."""
+    from sim.schedule import cpu_stream_bytes_per_s
+    from validate.peer_calibration import identifiable
+    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_cache_bytes_per_s=7.0, cpu_op_s=0.01, gpu_op_s=0.02,
+                     gpu_compute_scale=0.7)
+    cached = toy_machine.model_copy(update={"cpu": toy_machine.cpu.model_copy(update={"llc_bytes": 25})})
+    runs, got_times = [], []
+    for machine, sizes in ((cached, (4, 8, 2)), (cached, (16,)), (toy_machine, (4, 8, 2)), (cached, (4, 8, 2)),
+                           (cached, (16,))):
+        model = toy_model(sizes)
+        tier = "ram_pageable" if len(runs) < 3 else "vram"
+        m, plan = _llamacpp_of(model, machine, [tier] * len(model.units), truth)
+        s = fast_simulate(model, m, plan, W, BIG)
+        got_times.append(s["time_per_token_s"])
+        runs.append((model, machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], float("nan"))))
+    assert got_times[:3] == [pytest.approx(t) for t in (2.66, 8.22, 7.66)]
+    model, machine, run = runs[0]
+    assert cpu_stream_bytes_per_s(model, run.plan, machine, truth) == 7.0
+    assert cpu_stream_bytes_per_s(model, run.plan, machine, truth.model_copy(update={"cpu_bytes_per_s": None})) is None
+    got = fit("llamacpp", runs, "test")
+    for field in ("cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_op_s"):  # six parameters through the simulator
+        assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=2e-2), field
+    params = ("cpu_bytes_per_s", "cpu_cache_bytes_per_s")
+    assert identifiable(params, runs[1:], PeerSpec()) == ("cpu_bytes_per_s",)  # no CPU share fits: no cache speed
+    assert identifiable(params, runs[:1], PeerSpec()) == params
+
+
 def test_llamacpp_offloads_large_steps_per_operation():
     """A 128-token prompt with every layer on the CPU: llama.cpp copies the blocks' weights to the GPU for the
     prefill, but looks the embedding up in place and computes the head for the last position only (batch 1 < 32);

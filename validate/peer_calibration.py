@@ -15,12 +15,14 @@ from scipy.optimize import least_squares, nnls
 
 from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
+from sim.schedule import cpu_stream_bytes_per_s
 from sim.shapes import ModelShape, ggml_ops, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
-          "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_op_s", "gpu_op_s", "gpu_compute_scale")}
+          "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_op_s", "gpu_op_s",
+                       "gpu_compute_scale")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
-RATES = {"cpu_bytes_per_s": "memory_bytes_per_s"}  # started at the machine's CPU
+RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s"}  # started there
 
 
 @dataclass(frozen=True)
@@ -59,14 +61,26 @@ def measured(run: PeerRun) -> tuple[str, float]:
         else ("ttft_s", run.measured_ttft_s)
 
 
+def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSpec, PeerRun]],
+                 spec: PeerSpec) -> tuple[str, ...]:
+    """`params` less the speed from the CPU's last-level cache when no run's CPU weights fit in it (nothing would
+    measure it: it stays absent, and the memory speed holds for every plan)."""
+    if "cpu_cache_bytes_per_s" not in params:
+        return params
+    probe = spec.model_copy(update={"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0})
+    if any(cpu_stream_bytes_per_s(model, r.plan, m, probe) == 2.0 for model, m, r in runs):
+        return params
+    return tuple(p for p in params if p != "cpu_cache_bytes_per_s")
+
+
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
     """The peer's parameters that best explain `runs` (relative error of what each measured, its time per token or
     its first token alone, least squares through the simulator): costs >= 0, started from the linear estimate on the
     per-token runs (residual = costs x counts); kernel scales >= 0.05, started from 1; kernel rates > 0, started at
     the machine's CPU values."""
-    params = PARAMS[engine]
-    costs = tuple(p for p in params if p not in SCALES and p not in RATES)
     cpu = runs[0][1].cpu
+    params = identifiable(PARAMS[engine], runs, runs[0][1].peers[engine])
+    costs = tuple(p for p in params if p not in SCALES and p not in RATES)
     start = {p: float(getattr(cpu, RATES[p])) if p in RATES else 1.0 if p in SCALES else 0.0 for p in params}
     base = runs[0][1].peers[engine].model_copy(update=start)
     per_token = [(model, m, r) for model, m, r in runs if np.isfinite(r.measured_tpot_s)]
