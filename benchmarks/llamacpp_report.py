@@ -6,10 +6,11 @@ and the GGUF's own shape. A generation test (G tokens from an empty context) is 
 prompt-processing test (P tokens) by its time to the first token. The engine's costs (the speed its CPU kernels
 stream weights at and its per-operator cost there, its GPU decode kernels' per-operator cost, its per-token step,
 its prefill kernels against the GPU grid; validate/peer_calibration.py) are fitted on the architectures named by
---fit (default: the first of the first file): generation at the smallest and the largest -ngl and the 128-token
-prompt at the largest. Every other record is held out. Each setting's time is the median of its repetitions.
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i}.json --fit llamacpp-a.json:llama-8b \
-     --fit llamacpp-g.json:qwen3-0.6b [--json OUT]
+--fit (default: the first of the first file): generation at the smallest -ngl, the largest and the one below it,
+and the 128-token prompt at the largest. Every other record is held out. Each setting's time is the median of its
+repetitions (pooled over rounds).
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k}.json --fit llamacpp-a.json:llama-8b \
+     --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b [--json OUT]
 """
 from __future__ import annotations
 
@@ -122,9 +123,9 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
             s = predict(shape, m, run)
             gen = rec["n_gen"] > 0
             pred, meas = (s["time_per_token_s"], run.measured_tpot_s) if gen else (s["ttft_s"], run.measured_ttft_s)
-            rows.append({"file": e["file"], "arch": e["arch"], "kind": kind, "run": run.label, "test": f"tg{rec['n_gen']}" if gen
-                         else f"pp{rec['n_prompt']}", "ngl": rec["n_gpu_layers"], "ot": rec.get("tensor_buft_overrides"),
-                         "threads": rec.get("n_threads"),
+            rows.append({"file": e["file"], "arch": e["arch"], "kind": kind, "run": run.label,
+                         "test": f"tg{rec['n_gen']}" if gen else f"pp{rec['n_prompt']}", "ngl": rec["n_gpu_layers"],
+                         "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": fitted_on(e, fit_on) and is_calibration(kind, rec, ngls),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
