@@ -141,7 +141,8 @@ class PeerSpec(Spec):
     cpu_cache_share: float = Field(default=0.6, gt=0, le=1, description="The share of the last-level cache the "
                                    "weights may take and stay in it (the KV cache, activations, the code and other "
                                    "processes hold the rest; replacement is not perfect): measured on the H200 host "
-                                   "(300 MiB L3) between 176 MB (7 Qwen3-0.6B layers: fast) and 201 MB (8: not), calls G and J, docs/peers.md.")
+                                   "(300 MiB L3) between 176 MB (7 Qwen3-0.6B layers: fast) and 201 MB (8: not), "
+                                   "calls G and J, docs/peers.md.")
     cpu_op_s: NonNegativeFloat = Field(default=0.0, description="With cpu_bytes_per_s: per computing operator of a "
                                        "CPU-computed unit in the engine's own graph (sim.shapes.GGML_OPS; llama.cpp "
                                        "joins its threads after each), on top of the streaming time.")
