@@ -35,6 +35,10 @@ ARCHS = {
                                      num_attention_heads=16, num_key_value_heads=8, head_dim=128)),
     "qwen3-0.6b": ("qwen3-14b", dict(num_hidden_layers=28, hidden_size=1024, intermediate_size=3072,
                                      num_attention_heads=16, num_key_value_heads=8, head_dim=128)),
+    "llama-3b": ("llama-3.1-8b", dict(num_hidden_layers=28, hidden_size=3072, intermediate_size=8192,
+                                      num_attention_heads=24, num_key_value_heads=8, head_dim=128)),
+    "qwen3-8b": ("qwen3-14b", dict(num_hidden_layers=36, hidden_size=4096, intermediate_size=12288,
+                                   num_attention_heads=32, num_key_value_heads=8, head_dim=128)),
 }
 T0 = time.perf_counter()
 

@@ -90,7 +90,8 @@ def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
     memory and from its last-level cache when that share fits it, its per-operator cost, the GPU's decode kernels),
     and the first prompt test at the largest (its prefill kernels against the GPU grid)."""
     ranked = sorted(set(ngls))
-    if kind != "ngl" or rec["n_gpu_layers"] not in {ranked[0], *ranked[-2:]}:
+    middle = min(ranked, key=lambda n: abs(n - ranked[-1] / 2))
+    if kind != "ngl" or rec["n_gpu_layers"] not in {ranked[0], middle, *ranked[-2:]}:
         return False
     return rec["n_gen"] > 0 or rec["n_gpu_layers"] == ranked[-1] and rec["n_prompt"] == FIT_PROMPT
 

@@ -138,6 +138,10 @@ class PeerSpec(Spec):
                                                         "instead when every weight the CPU computes with fits in "
                                                         "cpu_cache_share of the CPU's last-level cache (cpu.llc_bytes): "
                                                         "they stay there from one token to the next. Absent: none.")
+    cpu_head_bytes_per_s: PositiveFloat | None = Field(default=None, description="With cpu_bytes_per_s: the speed "
+                                                       "of the output head on the CPU instead (one long matrix "
+                                                       "multiply, where a layer is many short ones with the threads "
+                                                       "joined after each). Absent: cpu_bytes_per_s.")
     cpu_cache_share: float = Field(default=0.6, gt=0, le=1, description="The share of the last-level cache the "
                                    "weights may take and stay in it (the KV cache, activations, the code and other "
                                    "processes hold the rest; replacement is not perfect): measured on the H200 host "
@@ -150,6 +154,12 @@ class PeerSpec(Spec):
                                               "most MMV_MAX_TOKENS tokens per step, llama.cpp's matrix-vector "
                                               "kernels): the unit's bytes at the GPU's bandwidth plus this per "
                                               "operator of its graph. Absent: the GPU grid times gpu_compute_scale.")
+    gpu_row_s: NonNegativeFloat = Field(default=0.0, description="With gpu_op_s: per output row of the unit's "
+                                        "weight matrices, counted as its multiplied parameters / hidden (exact for "
+                                        "a square matrix, ~1.25x for a decoder whatever its size): llama.cpp's "
+                                        "matrix-vector kernels give each row a thread block, whose fixed cost (a "
+                                        "memory round trip and a reduction, shared by the blocks resident on the "
+                                        "GPU) shows on short rows.")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch); with "
                                              "gpu_op_s, for the larger steps only (prefill).")

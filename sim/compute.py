@@ -155,16 +155,25 @@ def kernel_overhead_s(gpu, dispatch: str) -> float:
 MMV_MAX_TOKENS = 8
 
 
+def matrix_rows(unit: UnitShape) -> float:
+    """Output rows of the weight matrices a unit multiplies per token, as its multiplied parameters / hidden: exact
+    for a hidden-wide matrix (q, k, v, gate, up, the head), and o and down (wider rows) count as more rows of
+    hidden width, so a Llama or Qwen3 decoder counts ~1.25x its rows whatever its size."""
+    return unit.flop_params / unit.hidden if unit.hidden else 0.0
+
+
 def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
                   family: str = "", dispatch: str = "graph", grid_scale: float = 1.0,
-                  op_s: float | None = None) -> float:
+                  op_s: float | None = None, row_s: float = 0.0) -> float:
     """`dispatch`: 'graph' for offloadsim's engine (a captured graph per unit), 'eager' for the peers. `grid_scale`:
     another engine's kernels against a measured grid (a roofline, a bound, is never scaled). `op_s`: another
     engine's own decode kernels (llama.cpp's, measured on it): a step of at most MMV_MAX_TOKENS tokens streams the
-    unit's bytes at the GPU's bandwidth and pays `op_s` per operator of its graph (sim.shapes.ggml_ops)."""
+    unit's bytes at the GPU's bandwidth and pays `op_s` per operator of its graph (sim.shapes.ggml_ops) and `row_s`
+    per row of its weight matrices (matrix_rows)."""
     g = machine.gpu
     if op_s is not None and batch * new_tokens <= MMV_MAX_TOKENS:
-        return unit.bytes_touched(batch, new_tokens, context) / g.vram_bytes_per_s + ggml_ops(unit.kind, family) * op_s
+        return unit.bytes_touched(batch, new_tokens, context) / g.vram_bytes_per_s + ggml_ops(unit.kind, family) * op_s \
+            + matrix_rows(unit) * row_s
     roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * kernel_overhead_s(g, dispatch))
     grid = find_grid(machine, unit, family, "gpu", dispatch) if machine.compute_grids else None
     return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \

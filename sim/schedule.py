@@ -92,8 +92,9 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]  # where a CPU unit reads
     # a peer's own kernels against the measured grids
     scale = {True: peer.cpu_compute_scale, False: peer.gpu_compute_scale} if peer is not None else {True: 1.0, False: 1.0}
-    stream = cpu_stream_bytes_per_s(model, plan, machine, peer)
+    stream = {kind: cpu_stream_bytes_per_s(model, plan, machine, peer, kind) for kind in ("decoder", "lm_head")}
     op_s = {True: peer.cpu_op_s, False: peer.gpu_op_s} if peer is not None else {True: 0.0, False: None}
+    row_s = peer.gpu_row_s if peer is not None else 0.0
 
     last_only = peer is not None and peer.head_last_position
 
@@ -101,13 +102,14 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         # the unit index names its shape, kind and family within one model
         if last_only and units[ui].kind == "lm_head":  # logits of the last position of each sequence only
             new, ctx = 1, ctx + new - 1
-        key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu], stream if cpu else None,
-               op_s[cpu])
+        speed = stream["lm_head" if units[ui].kind == "lm_head" else "decoder"] if cpu else None
+        key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu], speed, op_s[cpu],
+               0.0 if cpu else row_s)
         if key not in cache:
             cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], scale[cpu],
-                                       stream, op_s[cpu]) \
+                                       speed, op_s[cpu]) \
                 if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch, scale[cpu],
-                                          op_s[cpu])
+                                          op_s[cpu], row_s)
         return cache[key]
 
     row = _row_maker(model, plan, machine, peer, gpu_exec, w)
@@ -124,18 +126,24 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     return sch.finalize()
 
 
-def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, peer) -> float | None:
-    """The speed a peer's own CPU kernels stream weights at in this plan: from the last-level cache when every weight
-    the CPU computes with fits in its share of it (read each token, they stay there), else from memory; None when
-    the peer's CPU is priced by the grids instead. The embedding is a row lookup: it touches one row per token."""
+def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, peer,
+                           kind: str = "decoder") -> float | None:
+    """The speed a peer's own CPU kernels stream a unit of this kind at in this plan: from the last-level cache when
+    every weight the CPU computes with fits in its share of it (read each token, they stay there), else from memory
+    (the head at its own speed where the peer has one and the unit before it is on the CPU too); None when the
+    peer's CPU is priced by the grids instead. The embedding is a row lookup: it touches one row per token."""
     if peer is None or peer.cpu_bytes_per_s is None:
         return None
+    t = plan.tiers()
+    memory = peer.cpu_bytes_per_s
+    if kind == "lm_head" and peer.cpu_head_bytes_per_s:
+        before = [u for u in model.units if u.kind != "lm_head"][-1]
+        memory = peer.cpu_head_bytes_per_s if t[before.name].compute == "cpu" else memory
     llc = machine.cpu.llc_bytes
     if peer.cpu_cache_bytes_per_s is None or not llc:
-        return peer.cpu_bytes_per_s
-    t = plan.tiers()
+        return memory
     cpu_bytes = sum(u.nbytes for u in model.units if t[u.name].compute == "cpu" and u.kind != "embedding")
-    return peer.cpu_cache_bytes_per_s if 0 < cpu_bytes <= peer.cpu_cache_share * llc else peer.cpu_bytes_per_s
+    return peer.cpu_cache_bytes_per_s if 0 < cpu_bytes <= peer.cpu_cache_share * llc else memory
 
 
 def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, gpu_exec: bool, w: Workload):

@@ -15,14 +15,16 @@ from scipy.optimize import least_squares, nnls
 
 from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
+from sim.compute import matrix_rows
 from sim.schedule import cpu_stream_bytes_per_s
 from sim.shapes import ModelShape, ggml_ops, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
-          "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_op_s", "gpu_op_s",
-                       "gpu_compute_scale")}
+          "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s", "gpu_op_s",
+                       "gpu_row_s", "gpu_compute_scale")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
-RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s"}  # started there
+RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s",
+         "cpu_head_bytes_per_s": "memory_bytes_per_s"}  # started there
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
     ops = {dev: float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == dev))
            for dev in ("cpu", "gpu")}
     count = {"step_s": 1.0, "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
-             "load_unit_s": float(len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"]}
+             "load_unit_s": float(len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"],
+             "gpu_row_s": sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")}
     return np.array([count[p] for p in params])
 
 
@@ -63,14 +66,18 @@ def measured(run: PeerRun) -> tuple[str, float]:
 
 def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSpec, PeerRun]],
                  spec: PeerSpec) -> tuple[str, ...]:
-    """`params` less the speed from the CPU's last-level cache when no run's CPU weights fit in it (nothing would
-    measure it: it stays absent, and the memory speed holds for every plan)."""
-    if "cpu_cache_bytes_per_s" not in params:
-        return params
-    probe = spec.model_copy(update={"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0})
-    if any(cpu_stream_bytes_per_s(model, r.plan, m, probe) == 2.0 for model, m, r in runs):
-        return params
-    return tuple(p for p in params if p != "cpu_cache_bytes_per_s")
+    """`params` less the speed from the CPU's last-level cache when no run's CPU weights fit in it, and the head's
+    own speed when no run computes the head on the CPU from memory (nothing would measure it: it stays absent, and
+    the memory speed holds for every plan)."""
+    probe = spec.model_copy(update={"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0, "cpu_head_bytes_per_s": 3.0})
+
+    def measured_by(model: ModelShape, plan: Plan, m: MachineSpec) -> set[str]:
+        t = plan.tiers()
+        heads = [u for u in model.units if u.kind == "lm_head" and t[u.name].compute == "cpu"]
+        return {{1.0: "", 2.0: "cpu_cache_bytes_per_s", 3.0: "cpu_head_bytes_per_s"}[
+            cpu_stream_bytes_per_s(model, plan, m, probe, kind)] for kind in ["decoder"] + ["lm_head"] * bool(heads)}
+    seen = set().union(*(measured_by(model, r.plan, m) for model, m, r in runs))
+    return tuple(p for p in params if p not in ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s") or p in seen)
 
 
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
