@@ -4,13 +4,13 @@ Every llama-bench record becomes a run of the llama.cpp engine model: the placem
 (`sim.policies.llamacpp_ngl`, or the exported plan as recorded), on the machine profile calibrated in the same call
 and the GGUF's own shape. A generation test (G tokens from an empty context) is compared by its time per token, a
 prompt-processing test (P tokens) by its time to the first token. The engine's costs (the speed its CPU kernels
-stream weights at and its per-operator cost there, its GPU decode kernels' per-operator cost, its per-token step,
-its prefill kernels against the GPU grid; validate/peer_calibration.py) are fitted on the architectures named by
---fit (default: the first of the first file): generation at the smallest -ngl, the largest and the one below it,
-and the 128-token prompt at the largest. Every other record is held out. Each setting's time is the median of its
-repetitions (pooled over rounds).
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k}.json --fit llamacpp-a.json:llama-8b \
-     --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b [--json OUT]
+stream weights at, the head's, and its per-operator cost there, its GPU decode kernels' per-operator and per-row
+costs, its per-token step, its prefill kernels against the GPU grid; validate/peer_calibration.py) are fitted on
+the architectures named by --fit (default: the first of the first file): generation at the smallest -ngl, the
+middle one, the largest and the one below it, and the 128-token prompt at the largest. Every other record is held
+out. Each setting's time is the median of its repetitions (pooled over rounds).
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l}.json \
+     --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b --fit llamacpp-i.json:qwen3-4b [--json OUT]
 """
 from __future__ import annotations
 
@@ -86,9 +86,10 @@ FIT_PROMPT = 128  # the prompt length of the prefill run fitted
 
 
 def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
-    """Generation at the smallest -ngl, the largest, and the one below the largest (the CPU's streaming speed from
-    memory and from its last-level cache when that share fits it, its per-operator cost, the GPU's decode kernels),
-    and the first prompt test at the largest (its prefill kernels against the GPU grid)."""
+    """Generation at the smallest -ngl (the head on the CPU after CPU layers), the middle one (layers alone on the
+    CPU, from memory), the largest and the one below it (the CPU's speed from its last-level cache when that share
+    fits it, the GPU's decode kernels), and the first prompt test at the largest (its prefill kernels against the
+    GPU grid)."""
     ranked = sorted(set(ngls))
     middle = min(ranked, key=lambda n: abs(n - ranked[-1] / 2))
     if kind != "ngl" or rec["n_gpu_layers"] not in {ranked[0], middle, *ranked[-2:]}:
@@ -134,7 +135,12 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
     return rows
 
 
-def summarise(rows: list[dict]) -> dict:
+# calls whose host was shown to be contended (the same shape and build 50% slower than in two other calls;
+# docs/peers.md, eighth session): reported, and apart
+CONTENDED = ("llamacpp-e.json",)
+
+
+def summarise(rows: list[dict], fitted_archs: set[str] = frozenset()) -> dict:
     """Median and worst error of the held-out runs: per test kind, per file, and the exported plans apart by their
     form (-ngl, as --export llamacpp writes it now, or every layer offloaded with -ot sending the first ones back,
     as it wrote before: those layers' KV cache stays on the GPU, which the engine model does not price)."""
@@ -147,6 +153,8 @@ def summarise(rows: list[dict]) -> dict:
     priced = [r for r in held if r["kind"] in ("ngl", "exported")]
     out = {test: stats([r for r in priced if r["test"].startswith(test)]) for test in ("tg", "pp")}
     tg = [r for r in priced if r["test"].startswith("tg")]
+    out["tg, calls not contended"] = stats([r for r in tg if r["file"] not in CONTENDED])
+    out["tg, shapes never fitted"] = stats([r for r in tg if r["arch"] not in fitted_archs])
     for f in sorted({r["file"] for r in rows}):
         out[f"tg {f}"] = stats([r for r in tg if r["file"] == f])
     exported = [r for r in tg if r["run"].startswith("exported")]
@@ -184,7 +192,7 @@ def main() -> None:
         print(f"| {r['arch']} | {r['run']} | {r['test']} | {r['ngl']} | {r['cpu_units']} | "
               f"{'yes' if r['calibration'] else ''} | {r['predicted_s']:.4f} / {r['measured_s']:.4f} | "
               f"{r['error_pct']:+.1f}% | {r['stddev_pct']:.1f}% |")
-    summary = summarise(rows)
+    summary = summarise(rows, {f.split(":", 1)[1] for f in fit_on})
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:

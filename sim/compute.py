@@ -172,8 +172,8 @@ def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
     per row of its weight matrices (matrix_rows)."""
     g = machine.gpu
     if op_s is not None and batch * new_tokens <= MMV_MAX_TOKENS:
-        return unit.bytes_touched(batch, new_tokens, context) / g.vram_bytes_per_s + ggml_ops(unit.kind, family) * op_s \
-            + matrix_rows(unit) * row_s
+        stream = unit.bytes_touched(batch, new_tokens, context) / g.vram_bytes_per_s
+        return stream + ggml_ops(unit.kind, family) * op_s + matrix_rows(unit) * row_s
     roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * kernel_overhead_s(g, dispatch))
     grid = find_grid(machine, unit, family, "gpu", dispatch) if machine.compute_grids else None
     return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \

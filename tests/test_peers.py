@@ -343,3 +343,66 @@ def test_llamacpp_offloads_large_steps_per_operation():
         first = {k: float(c) for k, c, s in zip(kinds, sch.copy_s, sch.step) if s == 0}
         assert first["embedding"] == 0 and first["decoder"] > 0 and (first["lm_head"] > 0) == head_copied
         assert all((c == 0) == (batch == 1) for c, s, k in zip(sch.copy_s, sch.step, kinds) if s == 1 and k == "decoder")
+
+
+def _shaped(units: list[tuple[str, str, int, int]], hidden: int = 2):
+    """A model of (name, kind, bytes, multiplied parameters) units of this hidden size (rows = parameters / hidden)."""
+    from sim.shapes import ModelShape, UnitShape
+    from tests.toys import FMT
+    us = tuple(UnitShape(name=n, kind=k, block=i, modules=(n,), matrix_params=nb // 2, nbytes=nb, flop_params=fp,
+                         hidden=hidden, launches=0) for i, (n, k, nb, fp) in enumerate(units))
+    return ModelShape(name="shaped", family="toy", weight_format=FMT, n_blocks=len(units), hidden=hidden, vocab=0,
+                      units=us)
+
+
+def test_llamacpp_gpu_decode_pays_per_weight_row_and_fit_recovers_it(toy_machine):
+    """A GPU unit at decode: its bytes (weights + 4 x hidden 2 of activations) at 10 B/s + 22 operators x gpu_op_s
+    (0.02 s) + its rows (multiplied parameters / hidden) x gpu_row_s (0.1 s), and the run pays step_s (0.3 s). Units
+    of 4 and 8 bytes with 8 and 6 parameters (4 + 3 rows): (12 + 16) / 10 + 0.88 + 0.7 + 0.3 = 4.68 s a token;
+    without the row cost 3.98 s, on the same machine objects
+    (the schedule's compute cache must not hand back the other cost's times). The fit on three all-GPU runs whose
+    operators and rows vary apart, and the CPU runs, gives the row cost back."""
+    from sim.compute import matrix_rows
+    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, gpu_op_s=0.02, gpu_row_s=0.1)
+    a = _shaped([("l0", "decoder", 4, 8), ("l1", "decoder", 8, 6)])
+    assert [matrix_rows(u) for u in a.units] == [4, 3]
+    m, plan = _llamacpp_of(a, toy_machine, ["vram", "vram"], truth)
+    assert fast_simulate(a, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(4.68)
+    m0 = with_peer(toy_machine, "llamacpp", truth.model_copy(update={"gpu_row_s": 0.0}))
+    assert fast_simulate(a, m0, plan, W, BIG)["time_per_token_s"] == pytest.approx(3.98)
+    assert simulate(a, m, plan, W, BIG).summary["time_per_token_s"] == pytest.approx(4.68)
+    b = _shaped([("l0", "decoder", 16, 4)])  # 22 operators, 2 rows
+    c = _shaped([("l0", "decoder", 6, 48), ("l1", "decoder", 6, 48)])  # 44 operators, 48 rows
+    runs = []
+    for model in (a, b, c):
+        for tier in ("vram", "ram_pageable"):
+            m, plan = _llamacpp_of(model, toy_machine, [tier] * len(model.units), truth)
+            t = fast_simulate(model, m, plan, W, BIG)["time_per_token_s"]
+            runs.append((model, toy_machine, PeerRun("x", plan, W, BIG, t, float("nan"))))
+    got = fit("llamacpp", runs, "test")
+    for field in ("step_s", "gpu_op_s", "gpu_row_s", "cpu_bytes_per_s", "cpu_op_s"):
+        assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-3), field
+
+
+def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
+    """llama.cpp's head on the CPU right after CPU layers streams at cpu_head_bytes_per_s (3 B/s), after GPU layers
+    at cpu_bytes_per_s (2 B/s). All on the CPU (layers of 4 and 8 bytes, a 6-byte head; 22 + 22 + 3 operators at
+    0.01 s): 4 / 2 + 8 / 2 + 6 / 3 + 0.47 = 8.47 s a token. The layers on the GPU (12 / 10 + 44 x 0.02 + step 0.3 =
+    2.38 s) and the head on the CPU at 2 B/s (3 + 0.03 s): 5.41 s. The fit keeps the head's speed only when a run
+    measures it."""
+    from sim.schedule import cpu_stream_bytes_per_s
+    from validate.peer_calibration import identifiable
+    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_head_bytes_per_s=3.0, cpu_op_s=0.01, gpu_op_s=0.02)
+    model = _shaped([("l0", "decoder", 4, 0), ("l1", "decoder", 8, 0), ("head", "lm_head", 6, 0)], hidden=0)
+    times, plans = [], []
+    for tiers in (["ram_pageable"] * 3, ["vram", "vram", "ram_pageable"]):
+        m, plan = _llamacpp_of(model, toy_machine, tiers, truth)
+        times.append(fast_simulate(model, m, plan, W, BIG)["time_per_token_s"])
+        plans.append(plan)
+    assert times == [pytest.approx(8.47), pytest.approx(5.41)]
+    assert [cpu_stream_bytes_per_s(model, p, toy_machine, truth, "lm_head") for p in plans] == [3.0, 2.0]
+    assert cpu_stream_bytes_per_s(model, plans[0], toy_machine, truth, "decoder") == 2.0
+    params = ("cpu_bytes_per_s", "cpu_head_bytes_per_s")
+    runs = [(model, toy_machine, PeerRun("x", p, W, BIG, t, float("nan"))) for p, t in zip(plans, times)]
+    assert identifiable(params, runs, PeerSpec()) == params
+    assert identifiable(params, runs[1:], PeerSpec()) == ("cpu_bytes_per_s",)  # no head after CPU layers

@@ -20,8 +20,8 @@ from sim.schedule import cpu_stream_bytes_per_s
 from sim.shapes import ModelShape, ggml_ops, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
-          "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s", "gpu_op_s",
-                       "gpu_row_s", "gpu_compute_scale")}
+          "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
+                       "gpu_op_s", "gpu_row_s", "gpu_compute_scale")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s",
          "cpu_head_bytes_per_s": "memory_bytes_per_s"}  # started there
@@ -64,39 +64,53 @@ def measured(run: PeerRun) -> tuple[str, float]:
         else ("ttft_s", run.measured_ttft_s)
 
 
+PROBE = {"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0, "cpu_head_bytes_per_s": 3.0}
+
+
+def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec) -> dict[str, float]:
+    """Bytes per token the plan's CPU units stream at each of the peer's CPU speeds (sim.schedule's choice: memory,
+    the last-level cache, the head's own); the embedding looks rows up and streams none."""
+    probe = spec.model_copy(update=PROBE)
+    speed = {v: k for k, v in PROBE.items()}
+    t = plan.tiers()
+    out = dict.fromkeys(PROBE, 0.0)
+    for u in model.units:
+        if t[u.name].compute == "cpu" and u.kind != "embedding":
+            kind = "lm_head" if u.kind == "lm_head" else "decoder"
+            out[speed[cpu_stream_bytes_per_s(model, plan, machine, probe, kind)]] += u.nbytes
+    return out
+
+
 def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSpec, PeerRun]],
                  spec: PeerSpec) -> tuple[str, ...]:
     """`params` less the speed from the CPU's last-level cache when no run's CPU weights fit in it, and the head's
-    own speed when no run computes the head on the CPU from memory (nothing would measure it: it stays absent, and
-    the memory speed holds for every plan)."""
-    probe = spec.model_copy(update={"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0, "cpu_head_bytes_per_s": 3.0})
-
-    def measured_by(model: ModelShape, plan: Plan, m: MachineSpec) -> set[str]:
-        t = plan.tiers()
-        heads = [u for u in model.units if u.kind == "lm_head" and t[u.name].compute == "cpu"]
-        return {{1.0: "", 2.0: "cpu_cache_bytes_per_s", 3.0: "cpu_head_bytes_per_s"}[
-            cpu_stream_bytes_per_s(model, plan, m, probe, kind)] for kind in ["decoder"] + ["lm_head"] * bool(heads)}
-    seen = set().union(*(measured_by(model, r.plan, m) for model, m, r in runs))
+    own speed when no run computes the head on the CPU from memory after CPU layers (nothing would measure it: it
+    stays absent, and the memory speed holds for every plan)."""
+    seen = {p for model, m, r in runs for p, b in rate_bytes(model, r.plan, m, spec).items() if b > 0}
     return tuple(p for p in params if p not in ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s") or p in seen)
 
 
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
     """The peer's parameters that best explain `runs` (relative error of what each measured, its time per token or
     its first token alone, least squares through the simulator): costs >= 0, started from the linear estimate on the
-    per-token runs (residual = costs x counts); kernel scales >= 0.05, started from 1; kernel rates > 0, started at
-    the machine's CPU values."""
-    cpu = runs[0][1].cpu
-    params = identifiable(PARAMS[engine], runs, runs[0][1].peers[engine])
+    per-token runs (residual = costs x counts + bytes / rates, the rates' inverses solved for); kernel scales >=
+    0.05, started from 1; kernel rates > 0, started at the machine's CPU values where no run streams at them."""
+    cpu, spec0 = runs[0][1].cpu, runs[0][1].peers[engine]
+    params = identifiable(PARAMS[engine], runs, spec0)
     costs = tuple(p for p in params if p not in SCALES and p not in RATES)
+    rates = tuple(p for p in params if p in RATES)
     start = {p: float(getattr(cpu, RATES[p])) if p in RATES else 1.0 if p in SCALES else 0.0 for p in params}
-    base = runs[0][1].peers[engine].model_copy(update=start)
+    base = spec0.model_copy(update={**start, **dict.fromkeys(rates, 1e30)})  # the rates' time left to the solve
     per_token = [(model, m, r) for model, m, r in runs if np.isfinite(r.measured_tpot_s)]
-    A = np.array([features(model, r, costs) for model, _, r in per_token])
+    A = np.array([[*features(model, r, costs), *(rate_bytes(model, r.plan, m, spec0)[p] for p in rates)]
+                  for model, m, r in per_token])
     b = np.array([r.measured_tpot_s - predict(model, with_peer(m, engine, base), r)["time_per_token_s"]
                   for model, m, r in per_token])
-    used = [i for i in range(len(costs)) if A.size and A[:, i].any()]  # scipy's nnls aborts on zero columns
+    used = [i for i in range(A.shape[1] if A.size else 0) if A[:, i].any()]  # scipy's nnls aborts on zero columns
     if used:
-        start.update(zip([costs[i] for i in used], nnls(A[:, used], np.maximum(b, 0.0))[0]))
+        names = [(costs + rates)[i] for i in used]
+        x = nnls(A[:, used], np.maximum(b, 0.0))[0]
+        start.update({p: (1.0 / v if v > 0 else start[p]) if p in RATES else v for p, v in zip(names, x)})
     x0 = np.array([start[p] for p in params])
     lower = np.array([0.05 if p in SCALES else 1e-6 * x0[i] if p in RATES else 0.0 for i, p in enumerate(params)])
 
