@@ -201,27 +201,30 @@ def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens:
         save()
 
 
-def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens: int, dev: str, sync) -> None:
-    """The planner's plan for Accelerate at the 30% budget, exported and loaded by transformers as exported."""
+def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens: int, dev: str, sync,
+                 share: float = 0.3) -> None:
+    """The planner's plan for Accelerate at a GPU budget of `share` of the weights, exported and loaded by
+    transformers as exported."""
     from sim.plan import Workload
     w = Workload(batch=1, prompt_tokens=128, new_tokens=new_tokens)
+    label = f"exported plan, GPU {share:.0%}"
     try:
-        exp = exported_plan(shape, machine, w, int(0.3 * shape.total_bytes), RAM)
+        exp = exported_plan(shape, machine, w, int(share * shape.total_bytes), RAM)
         dm = {k: (int(v) if isinstance(v, int) or str(v).isdigit() else v) for k, v in exp["export"]["device_map"].items()}
         mm = {0: exp["export"]["max_memory"][0] if 0 in exp["export"]["max_memory"] else exp["export"]["max_memory"]["0"],
               "cpu": exp["export"]["max_memory"]["cpu"]}
         res = accelerate_run(ckpt, ckpt.parent, vocab, dm, mm, 1, 128, new_tokens, dev, sync)
-        res.update(label="exported plan, GPU 30%", batch=1, prompt=128, exported=exp)
+        res.update(label=label, batch=1, prompt=128, exported=exp)
         entry["accelerate"].append(res)
-        log(entry["arch"], "exported plan", f"predicted {exp['predicted_tpot_s']:.4f} measured {res['time_per_token_s']:.4f}")
+        log(entry["arch"], label, f"predicted {exp['predicted_tpot_s']:.4f} measured {res['time_per_token_s']:.4f}")
     except Exception as exc:
-        entry["accelerate"].append({"label": "exported plan, GPU 30%", "error": f"{type(exc).__name__}: {exc}",
+        entry["accelerate"].append({"label": label, "error": f"{type(exc).__name__}: {exc}",
                                     "trace": traceback.format_exc()[-1500:]})
-        log(entry["arch"], "exported plan FAILED", exc)
+        log(entry["arch"], label, "FAILED", exc)
 
 
 def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, deadline: float,
-             runset: str = "base", airllm: bool = True) -> None:
+             runset: str = "base", airllm: bool = True, export_shares: tuple[float, ...] = (0.3,)) -> None:
     """One architecture: calibrate, then Accelerate's own maps, the exported plan, and AirLLM warm, cold and at
     batch 4, each run recorded as it ends."""
     ckpt, shape, config, machine, entry = prepare(spec, work, dev)
@@ -230,9 +233,10 @@ def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, 
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     vocab = config["vocab_size"]
     accelerate_runs(entry, ckpt, vocab, shape.total_bytes, new_tokens, dev, sync, deadline, save, runset)
-    if time.perf_counter() < deadline:
-        exported_run(entry, ckpt, shape, machine, vocab, new_tokens, dev, sync)
-        save()
+    for share in export_shares:
+        if time.perf_counter() < deadline:
+            exported_run(entry, ckpt, shape, machine, vocab, new_tokens, dev, sync, share)
+            save()
     if airllm and time.perf_counter() < deadline:
         try:
             entry["airllm"] = airllm_runs(ckpt, ckpt.parent, vocab, [(1, 128, False), (4, 128, False), (1, 128, True)],
@@ -254,6 +258,8 @@ def main() -> None:
     ap.add_argument("--probe-hf", action="store_true", help="only the per-token overhead probe of transformers")
     ap.add_argument("--accelerate", choices=sorted(RUNSETS), default="base", help="which Accelerate runs")
     ap.add_argument("--no-airllm", action="store_true", help="skip AirLLM")
+    ap.add_argument("--export-shares", default="0.3", help="GPU budgets of the exported plans, as shares of the "
+                    "weights")
     a = ap.parse_args()
     if a.probe_hf:
         return probe_hf_step(Path(a.out))
@@ -279,7 +285,7 @@ def main() -> None:
     for spec in a.archs.split(","):
         try:
             run_arch(spec, Path(a.work), result, save, a.new_tokens, dev, t0 + a.budget_s, a.accelerate,
-                     not a.no_airllm)
+                     not a.no_airllm, tuple(float(x) for x in a.export_shares.split(",") if x))
         except Exception as exc:
             result["archs"].append({"arch": spec, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
             log(spec, "FAILED", exc)

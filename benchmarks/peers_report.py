@@ -128,8 +128,16 @@ def main() -> None:
               f"{r['ttft_error_pct']:+.1f}% | {pm if isinstance(pm, str) else ('yes' if pm else 'no')} |")
     summary = {k: {"runs": len(v), "median_abs_error_pct": statistics.median(v) if v else None,
                    "worst_abs_error_pct": max(v) if v else None} for k, v in held.items()}
+    # an exported plan against what `plan --engine accelerate` predicted for it when it was exported
+    exp = [100 * (r["exported_plan_prediction_s"] / r["measured_tpot_s"] - 1) for r in rows
+           if "exported_plan_prediction_s" in r]
+    summary["exported plans, against plan --engine"] = {
+        "runs": len(exp), "within_15pct": sum(abs(e) <= 15 for e in exp),
+        "median_abs_error_pct": statistics.median(map(abs, exp)) if exp else None,
+        "worst_abs_error_pct": max(map(abs, exp)) if exp else None}
     for k, v in summary.items():
-        print(f"{k}: held-out runs {v['runs']}, median |error| {v['median_abs_error_pct']}, worst {v['worst_abs_error_pct']}")
+        print(f"{k}: held-out runs {v['runs']}, median |error| {v['median_abs_error_pct']}, worst {v['worst_abs_error_pct']}"
+              + (f", within 15%: {v['within_15pct']}" if "within_15pct" in v else ""))
     if a.json:
         Path(a.json).write_text(json.dumps({"fitted": {k: v.model_dump() for k, v in specs.items()}, "held_out": summary,
                                             "rows": rows}, indent=1))
