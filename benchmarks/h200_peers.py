@@ -248,6 +248,17 @@ def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, 
     shutil.rmtree(ckpt.parent, ignore_errors=True)
 
 
+def shares(text: str) -> tuple[float, ...]:
+    """--export-shares: comma-separated shares of the weights, each in (0, 1.5]."""
+    try:
+        out = tuple(float(x) for x in text.split(",") if x)
+    except ValueError:
+        out = ()
+    if not out or not all(0 < x <= 1.5 for x in out):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of shares; give e.g. 0.2,0.3,0.45")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--archs", default="llama-8b:8,qwen3-4b:12", help="NAME[:LAYERS],...")
@@ -258,7 +269,7 @@ def main() -> None:
     ap.add_argument("--probe-hf", action="store_true", help="only the per-token overhead probe of transformers")
     ap.add_argument("--accelerate", choices=sorted(RUNSETS), default="base", help="which Accelerate runs")
     ap.add_argument("--no-airllm", action="store_true", help="skip AirLLM")
-    ap.add_argument("--export-shares", default="0.3", help="GPU budgets of the exported plans, as shares of the "
+    ap.add_argument("--export-shares", type=shares, default=(0.3,), help="GPU budgets of the exported plans, as shares of the "
                     "weights")
     a = ap.parse_args()
     if a.probe_hf:
@@ -285,7 +296,7 @@ def main() -> None:
     for spec in a.archs.split(","):
         try:
             run_arch(spec, Path(a.work), result, save, a.new_tokens, dev, t0 + a.budget_s, a.accelerate,
-                     not a.no_airllm, tuple(float(x) for x in a.export_shares.split(",") if x))
+                     not a.no_airllm, a.export_shares)
         except Exception as exc:
             result["archs"].append({"arch": spec, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
             log(spec, "FAILED", exc)

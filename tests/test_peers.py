@@ -389,7 +389,7 @@ def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
     at cpu_bytes_per_s (2 B/s). All on the CPU (layers of 4 and 8 bytes, a 6-byte head; 22 + 22 + 3 operators at
     0.01 s): 4 / 2 + 8 / 2 + 6 / 3 + 0.47 = 8.47 s a token. The layers on the GPU (12 / 10 + 44 x 0.02 + step 0.3 =
     2.38 s) and the head on the CPU at 2 B/s (3 + 0.03 s): 5.41 s. The fit keeps the head's speed only when a run
-    measures it."""
+    measures it, and otherwise leaves it absent even where the profile had one."""
     from sim.schedule import cpu_stream_bytes_per_s
     from validate.peer_calibration import identifiable
     truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_head_bytes_per_s=3.0, cpu_op_s=0.01, gpu_op_s=0.02)
@@ -406,3 +406,6 @@ def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
     runs = [(model, toy_machine, PeerRun("x", p, W, BIG, t, float("nan"))) for p, t in zip(plans, times)]
     assert identifiable(params, runs, PeerSpec()) == params
     assert identifiable(params, runs[1:], PeerSpec()) == ("cpu_bytes_per_s",)  # no head after CPU layers
+    stale = with_peer(toy_machine, "llamacpp", truth)  # a profile that already has a head speed
+    got = fit("llamacpp", [(model, stale, run) for _, _, run in runs[1:]], "test")
+    assert got.cpu_head_bytes_per_s is None  # no run measured it: absent, not the profile's stale value

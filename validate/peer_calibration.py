@@ -65,6 +65,7 @@ def measured(run: PeerRun) -> tuple[str, float]:
 
 
 PROBE = {"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0, "cpu_head_bytes_per_s": 3.0}
+OPTIONAL_RATES = ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s")  # absent: cpu_bytes_per_s holds instead
 
 
 def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec) -> dict[str, float]:
@@ -87,7 +88,7 @@ def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSp
     own speed when no run computes the head on the CPU from memory after CPU layers (nothing would measure it: it
     stays absent, and the memory speed holds for every plan)."""
     seen = {p for model, m, r in runs for p, b in rate_bytes(model, r.plan, m, spec).items() if b > 0}
-    return tuple(p for p in params if p not in ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s") or p in seen)
+    return tuple(p for p in params if p not in OPTIONAL_RATES or p in seen)
 
 
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
@@ -97,10 +98,12 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     0.05, started from 1; kernel rates > 0, started at the machine's CPU values where no run streams at them."""
     cpu, spec0 = runs[0][1].cpu, runs[0][1].peers[engine]
     params = identifiable(PARAMS[engine], runs, spec0)
+    unmeasured = dict.fromkeys(p for p in PARAMS[engine] if p in OPTIONAL_RATES and p not in params)
     costs = tuple(p for p in params if p not in SCALES and p not in RATES)
     rates = tuple(p for p in params if p in RATES)
     start = {p: float(getattr(cpu, RATES[p])) if p in RATES else 1.0 if p in SCALES else 0.0 for p in params}
-    base = spec0.model_copy(update={**start, **dict.fromkeys(rates, 1e30)})  # the rates' time left to the solve
+    # the rates' time left to the solve; a speed no run measures stays absent (not a stale value of the profile's)
+    base = spec0.model_copy(update={**start, **dict.fromkeys(rates, 1e30), **unmeasured})
     per_token = [(model, m, r) for model, m, r in runs if np.isfinite(r.measured_tpot_s)]
     A = np.array([[*features(model, r, costs), *(rate_bytes(model, r.plan, m, spec0)[p] for p in rates)]
                   for model, m, r in per_token])
