@@ -36,6 +36,7 @@ from benchmarks.h200_matrix import log
 CMAKE_FLAGS = ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", "-DGGML_CUDA_FA=OFF", "-DGGML_CUDA_NCCL=OFF",
                "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release"]
+TARGETS = ("llama-bench", "llama-batched-bench")  # one sequence (its repetitions), and B sequences decoded together
 HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
               "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
@@ -47,7 +48,7 @@ def build(tarball: Path, root: Path, timeout_s: float, cuda: bool = True) -> dic
     happened."""
     src, bdir = root / "llama.cpp", root / "build"
     binary = bdir / "bin" / "llama-bench"
-    if binary.exists():
+    if all((bdir / "bin" / t).exists() for t in TARGETS):
         return {"ok": True, "binary": str(binary), "build_s": 0.0, "resumed": "already built"}
     t = time.perf_counter()
     if not src.exists():
@@ -62,11 +63,12 @@ def build(tarball: Path, root: Path, timeout_s: float, cuda: bool = True) -> dic
         return {"ok": False, "stage": "configure", "log": (cfg.stdout + cfg.stderr)[-3000:]}
     log("llama.cpp", "build", f"{os.cpu_count()} jobs")
     try:
-        b = subprocess.run(["cmake", "--build", str(bdir), "--target", "llama-bench", "-j", str(os.cpu_count())],
+        b = subprocess.run(["cmake", "--build", str(bdir), "--target", *TARGETS, "-j", str(os.cpu_count())],
                            capture_output=True, text=True, timeout=max(timeout_s - (time.perf_counter() - t), 1))
     except subprocess.TimeoutExpired:
         return {"ok": False, "stage": "build timed out (resumable)", "build_s": time.perf_counter() - t}
-    out = {"ok": b.returncode == 0 and binary.exists(), "binary": str(binary), "build_s": time.perf_counter() - t,
+    out = {"ok": b.returncode == 0 and all((bdir / "bin" / t).exists() for t in TARGETS), "binary": str(binary),
+           "build_s": time.perf_counter() - t,
            "cmake_flags": flags}
     if not out["ok"]:
         out["log"] = (b.stdout + b.stderr)[-3000:]
@@ -151,6 +153,43 @@ def bench(binary: str, model: Path, args: list[str], prompts: list[int], gen: in
     return [dict(o, args=args) for o in out]
 
 
+def batched(binary: str, model: Path, args: list[str], batches: list[int], prompt: int, gen: int) -> list[dict]:
+    """llama-batched-bench's JSON lines for one placement: B sequences of `prompt` tokens each, then `gen` steps
+    that decode one token of every sequence together (t_tg: those steps' seconds), for each B, in one process. It
+    times each B once (the rounds repeat it); its own warm-up decodes 16 tokens first."""
+    exe = str(Path(binary).with_name("llama-batched-bench"))
+    ctx = max(batches) * (prompt + gen) + 256
+    cmd = [exe, "-m", str(model), *args, "-c", str(ctx), "-npp", str(prompt), "-ntg", str(gen),
+           "-npl", ",".join(map(str, batches)), "-t", str(os.cpu_count()), "-tb", str(os.cpu_count()),
+           "--output-format", "jsonl"]
+    t = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    if r.returncode:
+        raise RuntimeError(f"llama-batched-bench exited {r.returncode}: {r.stderr[-1500:]}")
+    recs = [json.loads(line) for line in (r.stdout + "\n" + r.stderr).splitlines()
+            if line.startswith("{") and '"speed_tg"' in line]
+    log("llama-batched-bench", " ".join(args), f"{time.perf_counter() - t:.0f}s",
+        [f"B{o['pl']}: {o['t_tg'] / gen * 1e3:.2f} ms/step" for o in recs])
+    return [dict(o, args=args, n_threads_host=os.cpu_count()) for o in recs]
+
+
+def cpu_probe(shots: int = 7) -> dict:
+    """The host CPU's speed now: a bf16 matrix-vector product over 1 GiB of weights (more than the last-level
+    cache) with every core, as llama.cpp's CPU share streams its weights; seconds of each shot and the median
+    speed. Recorded every round, so a slow spell of a shared host shows beside the runs it slowed."""
+    import torch
+    torch.set_num_threads(os.cpu_count())
+    w = torch.ones(2**29 // 4096, 4096, dtype=torch.bfloat16)  # 1 GiB
+    x = torch.ones(4096, dtype=torch.bfloat16)
+    secs = []
+    for _ in range(shots):
+        t = time.perf_counter()
+        torch.mv(w, x)
+        secs.append(time.perf_counter() - t)
+    return {"gemv_bytes": w.numel() * 2, "shots_s": secs,
+            "gemv_bytes_per_s": w.numel() * 2 / sorted(secs)[len(secs) // 2], "threads": os.cpu_count()}
+
+
 def host_state(n: int = 5) -> dict:
     """How busy the host is: its load average and the speed of a 1 GiB copy in RAM (n copies: min, median, max), so
     that a run on a contended host shows in the record (a contended host slows llama.cpp's CPU threads unevenly)."""
@@ -180,19 +219,21 @@ def host_info() -> dict:
     return {"lscpu": lscpu.stdout if lscpu else "", "caches": caches, "nproc": os.cpu_count()}
 
 
-def exported(shape, machine, fraction: float, gen: int) -> dict:
-    """`plan --engine llamacpp --export llamacpp` with a GPU budget of `fraction` of the weights."""
+def exported(shape, machine, fraction: float, gen: int, batch: int = 1, prompt: int = 1) -> dict:
+    """`plan --engine llamacpp --export llamacpp` with a GPU budget of `fraction` of the weights, for `batch`
+    sequences of `prompt` tokens each."""
     from planner.engines import plan_for_engine
     from planner.export import to_llamacpp
     from sim.plan import Budgets, Workload
-    w = Workload(batch=1, prompt_tokens=1, new_tokens=gen + 1)
+    w = Workload(batch=batch, prompt_tokens=prompt, new_tokens=gen + 1)
     budgets = Budgets.of(machine, vram=int(fraction * shape.total_bytes))
     rep = plan_for_engine("llamacpp", shape, machine, w, budgets)
     if rep.plan is None:
         raise RuntimeError(rep.reason)
     exp = to_llamacpp(shape, rep.plan, w, machine.cpu.cores)
     args = ["-ngl", str(exp["ngl"])] + (["-ot", ";".join(exp["ot"])] if exp["ot"] else [])
-    return {"fraction": fraction, "vram_bytes": budgets.vram_bytes, "plan": json.loads(rep.plan.model_dump_json()),
+    return {"fraction": fraction, "batch": batch, "prompt": prompt, "vram_bytes": budgets.vram_bytes,
+            "plan": json.loads(rep.plan.model_dump_json()),
             "export": exp, "bench_args": args}
 
 
@@ -206,10 +247,16 @@ def settings_of(a, layers: int, prompts: list[int], exports: list[dict]) -> list
         ngls = [str(min(round(float(f) * layers), layers + 1)) for f in a.ngl_shares.split(",")]
     else:
         ngls = a.ngl.split(",")
-    out = [("ngl", ["-ngl", n], prompts, None) for n in dict.fromkeys(ngls)]
+    out = [("ngl", ["-ngl", n], prompts, None) for n in dict.fromkeys(ngls) if n]  # --ngl "": no sweep
+    if a.batches:
+        shares = [min(round(float(f) * layers), layers + 1) for f in a.batch_ngl_shares.split(",")]
+        out += [("batched", ["-ngl", str(n)], [], None) for n in dict.fromkeys(shares)]
     at = str(min(round(a.threads_at * layers), layers + 1))
     out += [("threads", ["-ngl", at, "-t", t], [0], None) for t in a.threads.split(",") if t]
     for exp in exports:
+        if exp.get("batch", 1) > 1:  # B sequences decoded together: timed by llama-batched-bench
+            out.append(("exported_batched", exp["bench_args"], [], exp))
+            continue
         out.append(("exported", exp["bench_args"], prompts[:1], exp))
         cpu_first = layers + 1 - int(exp["export"]["ngl"])
         if a.ot and 0 < cpu_first <= layers and not exp["export"]["ot"]:
@@ -239,29 +286,40 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
     save()
     prompts = [int(p) for p in a.prompts.split(",")]
     layers = config["num_hidden_layers"]
-    for fraction in (float(f) for f in a.export_shares.split(",") if f):
+    wanted = [(float(f), 1, 1, a.gen) for f in a.export_shares.split(",") if f]
+    wanted += [(float(f), a.export_batch, a.batch_prompt, a.batch_gen) for f in a.export_batch_shares.split(",") if f]
+    for fraction, batch, prompt, gen in wanted:
         try:
-            entry["exported"].append(dict(exported(shape, machine, fraction, a.gen), bench=[], bench_ot=[]))
+            entry["exported"].append(dict(exported(shape, machine, fraction, gen, batch, prompt), bench=[], bench_ot=[]))
         except Exception as exc:
             entry["exported"].append({"fraction": fraction, "error": f"{type(exc).__name__}: {exc}",
                                       "trace": traceback.format_exc()[-1500:]})
             log(spec, "exported", fraction, "FAILED", exc)
     settings = settings_of(a, layers, prompts, [e for e in entry["exported"] if "error" not in e])
     entry["host_before"] = host_state()
+    entry["probes"] = []
+    batches = [int(b) for b in a.batches.split(",") if b]
     for rnd in range(a.rounds):
+        entry["probes"].append(dict(cpu_probe(), round=rnd))
         for kind, args, plens, exp in settings:
             if time.perf_counter() > deadline:
                 entry.setdefault("skipped", []).append({"round": rnd, "args": args})
                 continue
             try:
-                recs = [dict(r, round=rnd, kind=kind) for r in bench(binary, gguf_path, args, plens, a.gen, a.reps)]
+                if kind == "batched":
+                    recs = batched(binary, gguf_path, args, batches, a.batch_prompt, a.batch_gen)
+                elif kind == "exported_batched":
+                    recs = batched(binary, gguf_path, args, [exp["batch"]], a.batch_prompt, a.batch_gen)
+                else:
+                    recs = bench(binary, gguf_path, args, plens, a.gen, a.reps)
+                recs = [dict(r, round=rnd, kind=kind) for r in recs]
             except Exception as exc:
                 recs = [{"args": args, "round": rnd, "kind": kind, "error": f"{type(exc).__name__}: {exc}"}]
                 log(spec, *args, "FAILED", exc)
             if exp is None:
                 entry["llamacpp"] += recs
             else:
-                exp["bench" if kind == "exported" else "bench_ot"] += recs
+                exp["bench_ot" if kind == "exported_ot" else "bench"] += recs
         save()
     entry["host_after"] = host_state()
     gguf_path.unlink(missing_ok=True)
@@ -290,6 +348,14 @@ def main() -> None:
     ap.add_argument("--ot", action=argparse.BooleanOptionalAction, default=True,
                     help="also run each exported -ngl plan in the -ot form")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds over every setting")
+    ap.add_argument("--batches", default="", help="sequences decoded together (llama-batched-bench -npl), e.g. "
+                    "1,2,4,8,16; none: no batched runs")
+    ap.add_argument("--batch-ngl-shares", default="0,0.5,1.1", help="-ngl of the batched runs, as shares of the layers")
+    ap.add_argument("--batch-prompt", type=int, default=16, help="prompt tokens of each sequence of a batched run")
+    ap.add_argument("--batch-gen", type=int, default=16, help="decode steps timed in a batched run")
+    ap.add_argument("--export-batch", type=int, default=4, help="sequences of the --export-batch-shares plans")
+    ap.add_argument("--export-batch-shares", default="", help="GPU budgets of plans exported for --export-batch "
+                    "sequences (timed by llama-batched-bench), as shares of the weights")
     ap.add_argument("--no-calibrate", action="store_true", help="skip offloadsim's calibrate (generation only: the "
                     "engine model prices decode from the preset's bandwidth)")
     ap.add_argument("--no-cuda", action="store_true", help="a CPU build: a smoke test on a machine without a GPU")

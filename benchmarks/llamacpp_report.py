@@ -63,6 +63,29 @@ def pooled(recs: list[dict]) -> list[dict]:
     return out
 
 
+def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind: str = "batched",
+                 plan: Plan | None = None, label: str = "") -> list[tuple[str, dict, PeerRun]]:
+    """llama-batched-bench's records (h200_llamacpp.py --batches, --export-batch-shares) as runs of B sequences:
+    each of its tg steps decodes one token of every sequence after a prompt of pp tokens each, so the time per
+    token (per step) is t_tg / tg; one record per round, pooled by their median. `plan`: the exported plan the
+    records ran (else the -ngl placement)."""
+    groups: dict[tuple, list[dict]] = {}
+    for rec in recs:
+        if "t_tg" in rec:
+            groups.setdefault((rec["n_gpu_layers"], rec["pl"], rec["pp"], rec["tg"]), []).append(rec)
+    out = []
+    for (ngl, b, pp, tg), group in sorted(groups.items()):
+        steps = [r["t_tg"] / tg for r in group]
+        w = Workload(batch=b, prompt_tokens=pp, new_tokens=tg + 1)
+        mean = statistics.fmean(steps)
+        rec = {"kind": kind, "n_prompt": pp, "n_gen": tg, "n_gpu_layers": ngl, "batch": b, "rounds": len(group),
+               "avg_ns": mean * 1e9, "stddev_ns": (statistics.stdev(steps) if len(steps) > 1 else 0.0) * 1e9}
+        run = PeerRun(f"{label or f'-ngl {ngl}'}, {b} sequences", plan or llamacpp_ngl(shape, machine, w,
+                      budgets(machine), ngl), w, budgets(machine), statistics.median(steps), float("nan"))
+        out.append((kind, rec, run))
+    return out
+
+
 def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, dict, PeerRun]]:
     """(kind, record, run) for every setting: 'ngl' for the sweep, 'threads' for other thread counts, 'exported'
     for the planner's plans as exported, 'exported_ot' for a plan's leading CPU run sent back by -ot instead."""
@@ -75,11 +98,15 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
         if "error" in exp:
             continue
         plan = Plan.model_validate(exp["plan"]).model_copy(update={"engine": "llamacpp"})
+        if exp.get("batch", 1) > 1:
+            out += batched_runs(exp["bench"], shape, machine, "exported_batched", plan,
+                                f"exported plan, GPU {exp['fraction']:.0%}")
+            continue
         for kind, recs, form in (("exported", exp["bench"], ""), ("exported_ot", exp.get("bench_ot", []), " by -ot")):
             for rec in pooled(recs):
                 out.append((kind, dict(rec, fraction=exp["fraction"]),
                             run_of(rec, shape, machine, plan, f"exported plan, GPU {exp['fraction']:.0%}{form}")))
-    return out
+    return out + batched_runs([r for r in entry["llamacpp"] if r.get("kind") == "batched"], shape, machine)
 
 
 FIT_PROMPT = 128  # the prompt length of the prefill run fitted
@@ -125,8 +152,10 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
             s = predict(shape, m, run)
             gen = rec["n_gen"] > 0
             pred, meas = (s["time_per_token_s"], run.measured_tpot_s) if gen else (s["ttft_s"], run.measured_ttft_s)
-            rows.append({"file": e["file"], "arch": e["arch"], "kind": kind, "run": run.label,
-                         "test": f"tg{rec['n_gen']}" if gen else f"pp{rec['n_prompt']}", "ngl": rec["n_gpu_layers"],
+            test = f"tg{rec['n_gen']}" if gen else f"pp{rec['n_prompt']}"
+            rows.append({"file": e["file"], "arch": e["arch"], "kind": kind, "run": run.label, "batch": run.workload.batch,
+                         "test": f"B{run.workload.batch} {test}" if kind.endswith("batched") else test,
+                         "ngl": rec["n_gpu_layers"],
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": fitted_on(e, fit_on) and is_calibration(kind, rec, ngls),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
@@ -160,6 +189,14 @@ def summarise(rows: list[dict], fitted_archs: set[str] = frozenset()) -> dict:
     exported = [r for r in tg if r["run"].startswith("exported")]
     out["tg exported, -ngl form"] = stats([r for r in exported if r["ngl"] != 999])
     out["tg exported, -ot form"] = stats([r for r in exported if r["ngl"] == 999])
+    batched = [r for r in held if r["kind"] == "batched"]  # B sequences decoded together (llama-batched-bench)
+    if any(r["kind"] == "exported_batched" for r in held):
+        out["exported for B sequences"] = stats([r for r in held if r["kind"] == "exported_batched"])
+    if batched:
+        out["batched, every B"] = stats(batched)
+        out["batched, B > 1"] = stats([r for r in batched if r["batch"] > 1])
+        for b in sorted({r["batch"] for r in batched}):
+            out[f"batched, B = {b}"] = stats([r for r in batched if r["batch"] == b])
     for kind in ("exported_ot", "threads"):  # not priced as run: the -ot form's KV on the GPU, other thread counts
         out[f"tg {kind} (not priced as run)"] = stats([r for r in held if r["kind"] == kind and r["test"] != "pp"])
     return out
