@@ -170,7 +170,7 @@ def batched(binary: str, model: Path, args: list[str], batches: list[int], promp
             if line.startswith("{") and '"speed_tg"' in line]
     log("llama-batched-bench", " ".join(args), f"{time.perf_counter() - t:.0f}s",
         [f"B{o['pl']}: {o['t_tg'] / gen * 1e3:.2f} ms/step" for o in recs])
-    return [dict(o, args=args, n_threads_host=os.cpu_count()) for o in recs]
+    return [dict(o, args=args, n_threads_host=os.cpu_count(), n_seq_max=max(batches)) for o in recs]
 
 
 def cpu_probe(shots: int = 7) -> dict:
@@ -251,6 +251,8 @@ def settings_of(a, layers: int, prompts: list[int], exports: list[dict]) -> list
     if a.batches:
         shares = [min(round(float(f) * layers), layers + 1) for f in a.batch_ngl_shares.split(",")]
         out += [("batched", ["-ngl", str(n)], [], None) for n in dict.fromkeys(shares)]
+        if a.batch_kvu_at is not None:  # one KV cache for every sequence (llama-server's -kvu) against one each
+            out.append(("batched", ["-ngl", str(min(round(a.batch_kvu_at * layers), layers + 1)), "-kvu"], [], None))
     at = str(min(round(a.threads_at * layers), layers + 1))
     out += [("threads", ["-ngl", at, "-t", t], [0], None) for t in a.threads.split(",") if t]
     for exp in exports:
@@ -306,7 +308,10 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
                 entry.setdefault("skipped", []).append({"round": rnd, "args": args})
                 continue
             try:
-                if kind == "batched":
+                if kind == "batched" and a.batch_each:  # as llama-server -np B: room for B sequences only
+                    recs = [r for b in batches for r in batched(binary, gguf_path, args, [b], a.batch_prompt,
+                                                                 a.batch_gen)]
+                elif kind == "batched":
                     recs = batched(binary, gguf_path, args, batches, a.batch_prompt, a.batch_gen)
                 elif kind == "exported_batched":
                     recs = batched(binary, gguf_path, args, [exp["batch"]], a.batch_prompt, a.batch_gen)
@@ -353,6 +358,10 @@ def main() -> None:
     ap.add_argument("--batch-ngl-shares", default="0,0.5,1.1", help="-ngl of the batched runs, as shares of the layers")
     ap.add_argument("--batch-prompt", type=int, default=16, help="prompt tokens of each sequence of a batched run")
     ap.add_argument("--batch-gen", type=int, default=16, help="decode steps timed in a batched run")
+    ap.add_argument("--batch-each", action="store_true", help="one llama-batched-bench process per batch (its "
+                    "context holds that many sequences, as llama-server -np B), not one for all")
+    ap.add_argument("--batch-kvu-at", type=float, default=None, help="also time the batches with one KV cache "
+                    "shared by the sequences (-kvu) at this -ngl share")
     ap.add_argument("--export-batch", type=int, default=4, help="sequences of the --export-batch-shares plans")
     ap.add_argument("--export-batch-shares", default="", help="GPU budgets of plans exported for --export-batch "
                     "sequences (timed by llama-batched-bench), as shares of the weights")

@@ -72,16 +72,21 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
     groups: dict[tuple, list[dict]] = {}
     for rec in recs:
         if "t_tg" in rec:
-            groups.setdefault((rec["n_gpu_layers"], rec["pl"], rec["pp"], rec["tg"]), []).append(rec)
+            extra = " ".join(a for a in rec.get("args", []) if a.startswith("-") and a != "-ngl")  # e.g. -kvu
+            key = (rec["n_gpu_layers"], rec["pl"], rec["pp"], rec["tg"], rec.get("n_seq_max", 0), extra)
+            groups.setdefault(key, []).append(rec)
     out = []
-    for (ngl, b, pp, tg), group in sorted(groups.items()):
+    for (ngl, b, pp, tg, seqs, extra), group in sorted(groups.items()):
         steps = [r["t_tg"] / tg for r in group]
         w = Workload(batch=b, prompt_tokens=pp, new_tokens=tg + 1)
         mean = statistics.fmean(steps)
         rec = {"kind": kind, "n_prompt": pp, "n_gen": tg, "n_gpu_layers": ngl, "batch": b, "rounds": len(group),
-               "avg_ns": mean * 1e9, "stddev_ns": (statistics.stdev(steps) if len(steps) > 1 else 0.0) * 1e9}
-        run = PeerRun(f"{label or f'-ngl {ngl}'}, {b} sequences", plan or llamacpp_ngl(shape, machine, w,
-                      budgets(machine), ngl), w, budgets(machine), statistics.median(steps), float("nan"))
+               "avg_ns": mean * 1e9, "stddev_ns": (statistics.stdev(steps) if len(steps) > 1 else 0.0) * 1e9,
+               "n_seq_max": seqs, "extra": extra}
+        room = f" of {seqs}" if seqs and seqs != b else ""
+        name = f"{label or f'-ngl {ngl}'}{' ' + extra if extra else ''}, {b} sequences{room}"
+        plan_b = plan or llamacpp_ngl(shape, machine, w, budgets(machine), ngl)
+        run = PeerRun(name, plan_b, w, budgets(machine), statistics.median(steps), float("nan"))
         out.append((kind, rec, run))
     return out
 
@@ -116,8 +121,15 @@ def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
     """Generation at the smallest -ngl (the head on the CPU after CPU layers), the middle one (layers alone on the
     CPU, from memory), the largest and the one below it (the CPU's speed from its last-level cache when that share
     fits it, the GPU's decode kernels), and the first prompt test at the largest (its prefill kernels against the
-    GPU grid)."""
+    GPU grid). Of the batched runs (`ngls`: theirs), several sequences at the smallest and the largest -ngl (the
+    CPU's and the GPU's kernels on a step of several tokens), but not the CPU's 32 (ggml's offload of CPU-held
+    weights, which no parameter prices apart)."""
+    if kind not in ("ngl", "batched"):
+        return False
     ranked = sorted(set(ngls))
+    if kind == "batched":
+        ngl, b = rec["n_gpu_layers"], rec["batch"]
+        return b > 1 and not rec.get("extra") and (ngl == ranked[-1] or ngl == ranked[0] and b < 32)
     middle = min(ranked, key=lambda n: abs(n - ranked[-1] / 2))
     if kind != "ngl" or rec["n_gpu_layers"] not in {ranked[0], middle, *ranked[-2:]}:
         return False
@@ -139,6 +151,11 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
     return out
 
 
+def ngls_of(runs: list, kind: str) -> list[int]:
+    """The -ngl values of a kind of runs ('ngl' for the sweeps, 'batched' for llama-batched-bench's)."""
+    return [r.get("n_gpu_layers") for k, r, _ in runs if k == ("batched" if kind == "batched" else "ngl")]
+
+
 def fitted_on(e: dict, fit_on: list[str]) -> bool:
     return f"{e['file']}:{e['arch']}" in fit_on
 
@@ -146,9 +163,9 @@ def fitted_on(e: dict, fit_on: list[str]) -> bool:
 def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
     rows = []
     for e, shape, machine, runs in loaded:
-        ngls = [r.get("n_gpu_layers") for k, r, _ in runs if k == "ngl"]
         m = with_peer(machine, "llamacpp", spec)
         for kind, rec, run in runs:
+            ngls = ngls_of(runs, kind)
             s = predict(shape, m, run)
             gen = rec["n_gen"] > 0
             pred, meas = (s["time_per_token_s"], run.measured_tpot_s) if gen else (s["ttft_s"], run.measured_ttft_s)
@@ -216,7 +233,7 @@ def main() -> None:
         raise SystemExit(f"--fit {sorted(missing)[0]}: no such architecture in the files given; name it as "
                          "FILE:ARCH with the file's base name, e.g. llamacpp-a.json:llama-8b.")
     cal = [(shape, machine, run) for e, shape, machine, runs in loaded if fitted_on(e, fit_on) for kind, rec, run in
-           runs if is_calibration(kind, rec, [r.get("n_gpu_layers") for k, r, _ in runs if k == "ngl"])]
+           runs if is_calibration(kind, rec, ngls_of(runs, kind))]
     src = (f"[M] measured: fitted on {len(cal)} llama-bench runs of {', '.join(fit_on)} "
            f"({', '.join(r.label for _, _, r in cal)}) on the H200 test machine (benchmarks/h200_llamacpp.py, "
            "llamacpp_report.py)")

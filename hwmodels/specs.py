@@ -160,6 +160,18 @@ class PeerSpec(Spec):
                                         "matrix-vector kernels give each row a thread block, whose fixed cost (a "
                                         "memory round trip and a reduction, shared by the blocks resident on the "
                                         "GPU) shows on short rows.")
+    gpu_multi_row_s: NonNegativeFloat = Field(default=0.0, description="With gpu_row_token_s: per output row of a "
+                                              "step of 2 to 32 tokens (sequences decoded together) instead of "
+                                              "gpu_row_s, beside gpu_row_token_s per row and token.")
+    gpu_row_token_s: NonNegativeFloat | None = Field(default=None, description="With gpu_op_s: per output row and "
+                                                     "token of a step of 2 to 32 tokens: llama.cpp's decode of B "
+                                                     "sequences measured linear in B per weight row (call M, three "
+                                                     "shapes). Absent: such a step pays gpu_row_s per row up to "
+                                                     "MMV_MAX_TOKENS tokens, the GPU grid above.")
+    cpu_flops_per_s: PositiveFloat | None = Field(default=None, description="With cpu_bytes_per_s: the rate of the "
+                                                  "engine's own CPU matrix kernels; a CPU unit then takes the "
+                                                  "quadrature sum of its streaming and multiplying times (they "
+                                                  "overlap in part). Absent: the roofline with the CPU's FLOP rate.")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch); with "
                                              "gpu_op_s, for the larger steps only (prefill).")

@@ -7,6 +7,7 @@ below the smallest. Otherwise the roofline with per-launch overheads, whose para
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from scipy.interpolate import RegularGridInterpolator
@@ -153,6 +154,10 @@ def kernel_overhead_s(gpu, dispatch: str) -> float:
 # ggml's CUDA backend computes a step of at most this many tokens with its matrix-vector kernels (ggml-cuda/mmvf.cuh,
 # MMVF_MAX_BATCH_SIZE; mmvq.cuh likewise), which stream the weights once; larger steps go to cuBLAS / MMQ
 MMV_MAX_TOKENS = 8
+# measured on llama.cpp (call M, docs/peers.md): a decode step of 2-32 tokens (sequences decoded together) costs the
+# weights' bytes once plus a cost per row and token that is linear in the tokens all the way, through the kernels'
+# switch at 8; from 32 tokens on ggml copies CPU-held weights to the GPU instead (GGML_OP_OFFLOAD_MIN_BATCH)
+PEER_DECODE_MAX_TOKENS = 32
 
 
 def matrix_rows(unit: UnitShape) -> float:
@@ -164,16 +169,20 @@ def matrix_rows(unit: UnitShape) -> float:
 
 def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
                   family: str = "", dispatch: str = "graph", grid_scale: float = 1.0,
-                  op_s: float | None = None, row_s: float = 0.0) -> float:
+                  op_s: float | None = None, row_s: float = 0.0,
+                  multi_row_s: tuple[float, float] | None = None) -> float:
     """`dispatch`: 'graph' for offloadsim's engine (a captured graph per unit), 'eager' for the peers. `grid_scale`:
     another engine's kernels against a measured grid (a roofline, a bound, is never scaled). `op_s`: another
     engine's own decode kernels (llama.cpp's, measured on it): a step of at most MMV_MAX_TOKENS tokens streams the
     unit's bytes at the GPU's bandwidth and pays `op_s` per operator of its graph (sim.shapes.ggml_ops) and `row_s`
-    per row of its weight matrices (matrix_rows)."""
+    per row of its weight matrices (matrix_rows). `multi_row_s` (fixed, per token): a step of 2 to
+    PEER_DECODE_MAX_TOKENS tokens pays this per row instead, fixed + tokens x per token."""
     g = machine.gpu
-    if op_s is not None and batch * new_tokens <= MMV_MAX_TOKENS:
+    tokens = batch * new_tokens
+    if op_s is not None and tokens <= (PEER_DECODE_MAX_TOKENS if multi_row_s else MMV_MAX_TOKENS):
         stream = unit.bytes_touched(batch, new_tokens, context) / g.vram_bytes_per_s
-        return stream + ggml_ops(unit.kind, family) * op_s + matrix_rows(unit) * row_s
+        per_row = multi_row_s[0] + tokens * multi_row_s[1] if multi_row_s and tokens > 1 else row_s
+        return stream + ggml_ops(unit.kind, family) * op_s + matrix_rows(unit) * per_row
     roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * kernel_overhead_s(g, dispatch))
     grid = find_grid(machine, unit, family, "gpu", dispatch) if machine.compute_grids else None
     return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \
@@ -182,15 +191,22 @@ def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
 
 def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
                   family: str = "", memory: str = "pageable", grid_scale: float = 1.0,
-                  stream_bytes_per_s: float | None = None, op_s: float = 0.0) -> float:
+                  stream_bytes_per_s: float | None = None, op_s: float = 0.0,
+                  flops_per_s: float | None = None) -> float:
     """`memory`: where the unit's weights sit, 'pinned' or 'pageable' host memory (each may have its own grid);
     `grid_scale` as for gpu_compute_s. `stream_bytes_per_s`: how fast another engine's own CPU kernels stream
     weights, measured on that engine: a roofline at that speed and the CPU's FLOP rate replaces the machine's grid
     (llama.cpp's matrix-vector kernels stream a layer at one speed whatever its shape, where torch's speed varies by
-    shape), plus `op_s` per operator of its graph (sim.shapes.ggml_ops: ggml joins its threads after each)."""
+    shape), plus `op_s` per operator of its graph (sim.shapes.ggml_ops: ggml joins its threads after each).
+    `flops_per_s`: that engine's own multiply rate, measured on it: streaming and multiplying then overlap only in
+    part, and the unit takes their quadrature sum (measured on llama.cpp, call M: flat to 4 tokens a step, then
+    rising towards the multiply's rate), not the larger of the two."""
     c = machine.cpu
     if stream_bytes_per_s is not None:
         overhead = ggml_ops(unit.kind, family) * op_s
+        if flops_per_s is not None:
+            b = (batch, new_tokens, context)
+            return math.hypot(unit.bytes_touched(*b) / stream_bytes_per_s, unit.flops(*b) / flops_per_s) + overhead
         return _roofline(unit, c.flops_per_s, stream_bytes_per_s, overhead)(batch, new_tokens, context)
     roof = _roofline(unit, c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
     grid = find_grid(machine, unit, family, "cpu", "eager", memory) if machine.compute_grids else None

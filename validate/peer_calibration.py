@@ -15,16 +15,18 @@ from scipy.optimize import least_squares, nnls
 
 from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
-from sim.compute import matrix_rows
+from sim.compute import PEER_DECODE_MAX_TOKENS, matrix_rows
 from sim.schedule import cpu_stream_bytes_per_s
 from sim.shapes import ModelShape, ggml_ops, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
-                       "gpu_op_s", "gpu_row_s", "gpu_compute_scale")}
+                       "gpu_op_s", "gpu_row_s", "gpu_compute_scale", "gpu_multi_row_s", "gpu_row_token_s",
+                       "cpu_flops_per_s")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s",
-         "cpu_head_bytes_per_s": "memory_bytes_per_s"}  # started there
+         "cpu_head_bytes_per_s": "memory_bytes_per_s", "cpu_flops_per_s": "flops_per_s"}  # started there
+QUADRATURE = ("cpu_flops_per_s",)  # not additive: left to the least squares, absent in the linear start
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,14 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
     loaded = [u for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
     ops = {dev: float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == dev))
            for dev in ("cpu", "gpu")}
+    rows = sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")
+    tokens = run.workload.batch  # per decode step: one of every sequence
+    multi = 1 < tokens <= PEER_DECODE_MAX_TOKENS
     count = {"step_s": 1.0, "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
              "load_unit_s": float(len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"],
-             "gpu_row_s": sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")}
+             "gpu_row_s": 0.0 if multi else rows, "gpu_multi_row_s": rows if multi else 0.0,
+             "gpu_row_token_s": rows * tokens if multi else 0.0,
+             "cpu_flops_per_s": float(tokens > 1 and ops["cpu"] > 0)}  # whether the run measures it (identifiable)
     return np.array([count[p] for p in params])
 
 
@@ -66,6 +73,8 @@ def measured(run: PeerRun) -> tuple[str, float]:
 
 PROBE = {"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0, "cpu_head_bytes_per_s": 3.0}
 OPTIONAL_RATES = ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s")  # absent: cpu_bytes_per_s holds instead
+# what only some runs measure (several sequences decoded together): left absent (their default) when no run does
+MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s")
 
 
 def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec) -> dict[str, float]:
@@ -88,7 +97,10 @@ def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSp
     own speed when no run computes the head on the CPU from memory after CPU layers (nothing would measure it: it
     stays absent, and the memory speed holds for every plan)."""
     seen = {p for model, m, r in runs for p, b in rate_bytes(model, r.plan, m, spec).items() if b > 0}
-    return tuple(p for p in params if p not in OPTIONAL_RATES or p in seen)
+    paid = {p for model, m, r in runs for p, n in zip(MEASURED_BY_SOME, features(model, r, MEASURED_BY_SOME)) if n}
+    return tuple(p for p in params if (p not in OPTIONAL_RATES or p in seen)
+                 and (p not in MEASURED_BY_SOME or p in paid))
+
 
 
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
@@ -98,12 +110,14 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     0.05, started from 1; kernel rates > 0, started at the machine's CPU values where no run streams at them."""
     cpu, spec0 = runs[0][1].cpu, runs[0][1].peers[engine]
     params = identifiable(PARAMS[engine], runs, spec0)
-    unmeasured = dict.fromkeys(p for p in PARAMS[engine] if p in OPTIONAL_RATES and p not in params)
+    unmeasured = {p: PeerSpec.model_fields[p].default for p in PARAMS[engine]
+                  if p in OPTIONAL_RATES + MEASURED_BY_SOME and p not in params}
     costs = tuple(p for p in params if p not in SCALES and p not in RATES)
-    rates = tuple(p for p in params if p in RATES)
+    rates = tuple(p for p in params if p in RATES and p not in QUADRATURE)
     start = {p: float(getattr(cpu, RATES[p])) if p in RATES else 1.0 if p in SCALES else 0.0 for p in params}
     # the rates' time left to the solve; a speed no run measures stays absent (not a stale value of the profile's)
-    base = spec0.model_copy(update={**start, **dict.fromkeys(rates, 1e30), **unmeasured})
+    base = spec0.model_copy(update={**start, **dict.fromkeys(rates, 1e30), **unmeasured,
+                                    **dict.fromkeys(set(QUADRATURE) & set(params))})  # the roofline meanwhile
     per_token = [(model, m, r) for model, m, r in runs if np.isfinite(r.measured_tpot_s)]
     A = np.array([[*features(model, r, costs), *(rate_bytes(model, r.plan, m, spec0)[p] for p in rates)]
                   for model, m, r in per_token])
