@@ -231,7 +231,8 @@ def exported(shape, machine, fraction: float, gen: int, batch: int = 1, prompt: 
     if rep.plan is None:
         raise RuntimeError(rep.reason)
     exp = to_llamacpp(shape, rep.plan, w, machine.cpu.cores)
-    args = ["-ngl", str(exp["ngl"])] + (["-ot", ";".join(exp["ot"])] if exp["ot"] else [])
+    args = ["-ngl", str(exp["ngl"])] + (["-ot", ";".join(exp["ot"])] if exp["ot"] else []) \
+        + (["-kvu"] if "-kvu" in exp["runtime_args"] else [])  # the sequences' KV cache as exported
     return {"fraction": fraction, "batch": batch, "prompt": prompt, "vram_bytes": budgets.vram_bytes,
             "plan": json.loads(rep.plan.model_dump_json()),
             "export": exp, "bench_args": args}
@@ -250,8 +251,9 @@ def settings_of(a, layers: int, prompts: list[int], exports: list[dict]) -> list
     out = [("ngl", ["-ngl", n], prompts, None) for n in dict.fromkeys(ngls) if n]  # --ngl "": no sweep
     if a.batches:
         shares = [min(round(float(f) * layers), layers + 1) for f in a.batch_ngl_shares.split(",")]
-        out += [("batched", ["-ngl", str(n)], [], None) for n in dict.fromkeys(shares)]
-        if a.batch_kvu_at is not None:  # one KV cache for every sequence (llama-server's -kvu) against one each
+        kvu = ["-kvu"] if a.batch_kvu else []  # one KV cache shared by the sequences, as --export llamacpp asks for
+        out += [("batched", ["-ngl", str(n), *kvu], [], None) for n in dict.fromkeys(shares)]
+        if a.batch_kvu_at is not None and not kvu:  # a shared KV cache against one per sequence, at one -ngl
             out.append(("batched", ["-ngl", str(min(round(a.batch_kvu_at * layers), layers + 1)), "-kvu"], [], None))
     at = str(min(round(a.threads_at * layers), layers + 1))
     out += [("threads", ["-ngl", at, "-t", t], [0], None) for t in a.threads.split(",") if t]
@@ -362,6 +364,8 @@ def main() -> None:
                     "context holds that many sequences, as llama-server -np B), not one for all")
     ap.add_argument("--batch-kvu-at", type=float, default=None, help="also time the batches with one KV cache "
                     "shared by the sequences (-kvu) at this -ngl share")
+    ap.add_argument("--batch-kvu", action="store_true", help="every batched run with one KV cache shared by the "
+                    "sequences (-kvu)")
     ap.add_argument("--export-batch", type=int, default=4, help="sequences of the --export-batch-shares plans")
     ap.add_argument("--export-batch-shares", default="", help="GPU budgets of plans exported for --export-batch "
                     "sequences (timed by llama-batched-bench), as shares of the weights")

@@ -65,12 +65,15 @@ def llamacpp_runtime(workload: Workload | None, threads: int | None) -> tuple[st
     the request's tokens (llama.cpp's default, -c 0, takes the model's trained context, whose KV cache the plan did
     not budget), one slot per sequence (llama-server -np; llama-cli runs one), the threads of the CPU the engine's
     costs were measured with, and -fit off (by default llama.cpp changes unset placement and context to fill free
-    device memory: common/common.cpp common_fit_params)."""
+    device memory: common/common.cpp common_fit_params). Several sequences share one KV cache (-kvu): with -np B
+    llama.cpp keeps one per sequence unless told, and a plan with layers on both devices then ran 30-50% slower
+    than priced (Llama-3B, half the layers on the GPU, 4 and 16 sequences: 62 and 131 ms a step against 47 and 88
+    with -kvu; call N, docs/peers.md)."""
     args = []
     program = "llama-server" if workload is not None and workload.batch > 1 else "llama-cli"
     if workload is not None:
         args += ["-c", str(workload.batch * (workload.prompt_tokens + workload.new_tokens))]
-        args += ["-np", str(workload.batch)] if workload.batch > 1 else []
+        args += ["-np", str(workload.batch), "-kvu"] if workload.batch > 1 else []
     args += ["-t", str(threads)] if threads else []
     return program, args + ["-fit", "off"]
 

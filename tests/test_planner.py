@@ -159,7 +159,8 @@ def test_llamacpp_export_leaves_the_first_blocks_to_ngl():
 
 def test_llamacpp_export_runs_the_request_it_was_priced_for():
     """The command sets the context to the request's tokens (llama.cpp's default is the model's trained context),
-    one slot per sequence, the threads, and turns off llama.cpp's own fitting of unset placement to free memory."""
+    one slot per sequence sharing one KV cache, the threads, and turns off llama.cpp's own fitting of unset
+    placement to free memory."""
     import shlex
     q, p = _llama_plan({0, 1}, head_cpu=False)
     ex = to_llamacpp(q, p, Workload(batch=1, prompt_tokens=100, new_tokens=28), threads=16)
@@ -167,7 +168,7 @@ def test_llamacpp_export_runs_the_request_it_was_priced_for():
     words = shlex.split(ex["command"])
     assert words[0] == "llama-cli" and words[3:] == ["-ngl", "31", "-c", "128", "-t", "16", "-fit", "off"]
     ex = to_llamacpp(q, p, Workload(batch=4, prompt_tokens=100, new_tokens=28))  # 4 sequences of 128 tokens
-    assert ex["runtime_args"] == ["-c", "512", "-np", "4", "-fit", "off"]
+    assert ex["runtime_args"] == ["-c", "512", "-np", "4", "-kvu", "-fit", "off"]  # one KV cache, as priced
     assert shlex.split(ex["command"])[0] == "llama-server" and ex["args"] == ["-ngl", "31"]
 
 
