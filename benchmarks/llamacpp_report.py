@@ -3,14 +3,17 @@
 Every llama-bench record becomes a run of the llama.cpp engine model: the placement `-ngl N` gives
 (`sim.policies.llamacpp_ngl`, or the exported plan as recorded), on the machine profile calibrated in the same call
 and the GGUF's own shape. A generation test (G tokens from an empty context) is compared by its time per token, a
-prompt-processing test (P tokens) by its time to the first token. The engine's costs (the speed its CPU kernels
-stream weights at, the head's, and its per-operator cost there, its GPU decode kernels' per-operator and per-row
-costs, its per-token step, its prefill kernels against the GPU grid; validate/peer_calibration.py) are fitted on
-the architectures named by --fit (default: the first of the first file): generation at the smallest -ngl, the
-middle one, the largest and the one below it, and the 128-token prompt at the largest. Every other record is held
-out. Each setting's time is the median of its repetitions (pooled over rounds).
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l}.json \
-     --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b --fit llamacpp-i.json:qwen3-4b [--json OUT]
+prompt-processing test (P tokens) by its time to the first token; a llama-batched-bench record (B sequences decoded
+together) by the time of one of its steps. The engine's costs (the speed its CPU kernels stream weights at, the
+head's, their multiply rate and per-operator cost, its GPU decode kernels' per-operator and per-row costs for one
+and for several tokens a step, its per-token step, its prefill kernels against the GPU grid;
+validate/peer_calibration.py) are fitted on the architectures named by --fit (default: the first of the first
+file): generation at the smallest -ngl, the middle one, the largest and the one below it, the 128-token prompt at
+the largest, and several sequences at the smallest and the largest batched -ngl. Every other record is held out.
+Each setting's time is the median of its repetitions (pooled over rounds).
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o}.json \
+     --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
+     --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b [--json OUT]
 """
 from __future__ import annotations
 
@@ -151,6 +154,17 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
     return out
 
 
+def kv_per_sequence(kind: str, rec: dict, run: PeerRun) -> bool:
+    """Several sequences, each with its own KV cache (llama.cpp's default for -np B; no -kvu), on a placement with
+    layers on both devices: measured 25-60% slower than with one shared cache (call N), which the engine model
+    prices and --export llamacpp asks for. Reported apart, as not priced as run."""
+    if not kind.endswith("batched") or rec["batch"] < 2 or "-kvu" in rec.get("extra", ""):
+        return False
+    t = run.plan.tiers()
+    devices = {t[u].compute for u in t if not u.endswith("embed_tokens")}
+    return devices == {"cpu", "gpu"}
+
+
 def ngls_of(runs: list, kind: str) -> list[int]:
     """The -ngl values of a kind of runs ('ngl' for the sweeps, 'batched' for llama-batched-bench's)."""
     return [r.get("n_gpu_layers") for k, r, _ in runs if k == ("batched" if kind == "batched" else "ngl")]
@@ -170,11 +184,13 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
             gen = rec["n_gen"] > 0
             pred, meas = (s["time_per_token_s"], run.measured_tpot_s) if gen else (s["ttft_s"], run.measured_ttft_s)
             test = f"tg{rec['n_gen']}" if gen else f"pp{rec['n_prompt']}"
-            rows.append({"file": e["file"], "arch": e["arch"], "kind": kind, "run": run.label, "batch": run.workload.batch,
+            rows.append({"file": e["file"], "arch": e["arch"], "kind": kind, "run": run.label,
+                         "batch": run.workload.batch,
                          "test": f"B{run.workload.batch} {test}" if kind.endswith("batched") else test,
                          "ngl": rec["n_gpu_layers"],
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": fitted_on(e, fit_on) and is_calibration(kind, rec, ngls),
+                         "kv_per_sequence": kv_per_sequence(kind, rec, run),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
                          "stddev_pct": 100 * rec["stddev_ns"] / rec["avg_ns"]})
@@ -184,6 +200,7 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
 # calls whose host was shown to be contended (the same shape and build 50% slower than in two other calls;
 # docs/peers.md, eighth session): reported, and apart
 CONTENDED = ("llamacpp-e.json",)
+STEADY_PCT = 15  # runs whose repetitions (pooled over rounds) spread less than this: the host held still
 
 
 def summarise(rows: list[dict], fitted_archs: set[str] = frozenset()) -> dict:
@@ -200,18 +217,25 @@ def summarise(rows: list[dict], fitted_archs: set[str] = frozenset()) -> dict:
     out = {test: stats([r for r in priced if r["test"].startswith(test)]) for test in ("tg", "pp")}
     tg = [r for r in priced if r["test"].startswith("tg")]
     out["tg, calls not contended"] = stats([r for r in tg if r["file"] not in CONTENDED])
+    out[f"tg, run-to-run sd under {STEADY_PCT}%"] = stats([r for r in tg if r["stddev_pct"] < STEADY_PCT])
     out["tg, shapes never fitted"] = stats([r for r in tg if r["arch"] not in fitted_archs])
     for f in sorted({r["file"] for r in rows}):
         out[f"tg {f}"] = stats([r for r in tg if r["file"] == f])
     exported = [r for r in tg if r["run"].startswith("exported")]
     out["tg exported, -ngl form"] = stats([r for r in exported if r["ngl"] != 999])
     out["tg exported, -ot form"] = stats([r for r in exported if r["ngl"] == 999])
+    apart = [r for r in held if r.get("kv_per_sequence")]
+    held = [r for r in held if not r.get("kv_per_sequence")]
     batched = [r for r in held if r["kind"] == "batched"]  # B sequences decoded together (llama-batched-bench)
     if any(r["kind"] == "exported_batched" for r in held):
         out["exported for B sequences"] = stats([r for r in held if r["kind"] == "exported_batched"])
+    if apart:
+        out["batched, a KV cache per sequence on both devices (not priced as run)"] = stats(apart)
     if batched:
         out["batched, every B"] = stats(batched)
         out["batched, B > 1"] = stats([r for r in batched if r["batch"] > 1])
+        out[f"batched, B > 1, run-to-run sd under {STEADY_PCT}%"] = stats(
+            [r for r in batched if r["batch"] > 1 and r["stddev_pct"] < STEADY_PCT])
         for b in sorted({r["batch"] for r in batched}):
             out[f"batched, B = {b}"] = stats([r for r in batched if r["batch"] == b])
     for kind in ("exported_ot", "threads"):  # not priced as run: the -ot form's KV on the GPU, other thread counts

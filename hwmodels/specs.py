@@ -170,8 +170,9 @@ class PeerSpec(Spec):
                                                      "MMV_MAX_TOKENS tokens, the GPU grid above.")
     cpu_flops_per_s: PositiveFloat | None = Field(default=None, description="With cpu_bytes_per_s: the rate of the "
                                                   "engine's own CPU matrix kernels; a CPU unit then takes the "
-                                                  "quadrature sum of its streaming and multiplying times (they "
-                                                  "overlap in part). Absent: the roofline with the CPU's FLOP rate.")
+                                                  "OVERLAP_NORM-norm (sim.compute) of its streaming and multiplying "
+                                                  "times (they overlap in part). Absent: the roofline with the CPU's "
+                                                  "FLOP rate.")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch); with "
                                              "gpu_op_s, for the larger steps only (prefill).")

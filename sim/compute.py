@@ -7,7 +7,6 @@ below the smallest. Otherwise the roofline with per-launch overheads, whose para
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 from scipy.interpolate import RegularGridInterpolator
@@ -158,6 +157,10 @@ MMV_MAX_TOKENS = 8
 # weights' bytes once plus a cost per row and token that is linear in the tokens all the way, through the kernels'
 # switch at 8; from 32 tokens on ggml copies CPU-held weights to the GPU instead (GGML_OP_OFFLOAD_MIN_BATCH)
 PEER_DECODE_MAX_TOKENS = 32
+# how a peer's CPU streaming and multiplying overlap: the unit takes (stream^p + multiply^p)^(1/p), between their sum
+# (p = 1) and the larger (p -> inf). p = 3 fits the calibration runs best (call M, Llama-1B on the CPU, 2-16 tokens a
+# step: rms error 6.3% against 6.9% for p = 2 and p = 4; docs/peers.md)
+OVERLAP_NORM = 3
 
 
 def matrix_rows(unit: UnitShape) -> float:
@@ -199,14 +202,15 @@ def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
     (llama.cpp's matrix-vector kernels stream a layer at one speed whatever its shape, where torch's speed varies by
     shape), plus `op_s` per operator of its graph (sim.shapes.ggml_ops: ggml joins its threads after each).
     `flops_per_s`: that engine's own multiply rate, measured on it: streaming and multiplying then overlap only in
-    part, and the unit takes their quadrature sum (measured on llama.cpp, call M: flat to 4 tokens a step, then
+    part, and the unit takes their OVERLAP_NORM-norm (measured on llama.cpp, call M: flat to 4 tokens a step, then
     rising towards the multiply's rate), not the larger of the two."""
     c = machine.cpu
     if stream_bytes_per_s is not None:
         overhead = ggml_ops(unit.kind, family) * op_s
         if flops_per_s is not None:
             b = (batch, new_tokens, context)
-            return math.hypot(unit.bytes_touched(*b) / stream_bytes_per_s, unit.flops(*b) / flops_per_s) + overhead
+            stream, multiply = unit.bytes_touched(*b) / stream_bytes_per_s, unit.flops(*b) / flops_per_s
+            return (stream ** OVERLAP_NORM + multiply ** OVERLAP_NORM) ** (1 / OVERLAP_NORM) + overhead
         return _roofline(unit, c.flops_per_s, stream_bytes_per_s, overhead)(batch, new_tokens, context)
     roof = _roofline(unit, c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
     grid = find_grid(machine, unit, family, "cpu", "eager", memory) if machine.compute_grids else None

@@ -409,3 +409,53 @@ def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
     stale = with_peer(toy_machine, "llamacpp", truth)  # a profile that already has a head speed
     got = fit("llamacpp", [(model, stale, run) for _, _, run in runs[1:]], "test")
     assert got.cpu_head_bytes_per_s is None  # no run measured it: absent, not the profile's stale value
+
+
+def test_llamacpp_several_sequences_hand_worked(toy_machine):
+    """A decode step of B sequences (call M): on the GPU, a unit of 4 bytes, 8 multiplied parameters, hidden 2 (4
+    rows) streams its weights once and 4 x hidden x B bytes of activations at 10 B/s, pays 22 operators x 0.02 s and
+    per row gpu_multi_row_s (0.1) + B x gpu_row_token_s (0.05): at B = 4, 36 / 10 + 0.44 + 4 x 0.3 = 5.24 s; one
+    sequence pays gpu_row_s (0.07) a row: 1.2 + 0.44 + 0.28 = 1.92 s; past 32 tokens the roofline (no grid): 40
+    sequences, 324 B / 10 = 32.4 s. Without the per-token cost, 2-8 tokens pay gpu_row_s (3.6 + 0.44 + 0.28) and 16
+    the roofline (13.2 s). On the CPU at B = 4 the streaming (36 B / 2 B/s = 18 s) and the multiplying (2 x 8 x 4
+    FLOP / 8 FLOP/s = 8 s) overlap in part: (18^3 + 8^3)^(1/3) + 22 x 0.01; without the engine's own rate, the
+    larger of 18 s and the CPU's 64 / 1e6 s."""
+    from sim.compute import OVERLAP_NORM, cpu_compute_s, gpu_compute_s
+    assert OVERLAP_NORM == 3
+    u = _shaped([("l0", "decoder", 4, 8)]).units[0]
+    multi = (0.1, 0.05)
+    assert gpu_compute_s(u, toy_machine, 4, 1, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
+        pytest.approx(5.24)
+    assert gpu_compute_s(u, toy_machine, 1, 1, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
+        pytest.approx(1.92)
+    assert gpu_compute_s(u, toy_machine, 40, 1, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
+        pytest.approx(32.4, rel=1e-4)
+    assert gpu_compute_s(u, toy_machine, 4, 1, 0, "toy", op_s=0.02, row_s=0.07) == pytest.approx(4.32)
+    assert gpu_compute_s(u, toy_machine, 16, 1, 0, "toy", op_s=0.02, row_s=0.07) == pytest.approx(13.2, rel=1e-4)
+    assert cpu_compute_s(u, toy_machine, 4, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01, flops_per_s=8.0) == \
+        pytest.approx((18 ** 3 + 8 ** 3) ** (1 / 3) + 0.22)
+    assert cpu_compute_s(u, toy_machine, 4, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01) == pytest.approx(18.22)
+
+
+def test_llamacpp_fit_recovers_the_costs_of_several_sequences(toy_machine):
+    """Runs of one and of 2 and 4 sequences, all on the GPU and all on the CPU, made with known costs: the fit gives
+    back the per-row costs of a several-token step and the CPU's multiply rate beside the single-sequence costs;
+    with single-sequence runs only it leaves them absent (their defaults), as nothing measured them."""
+    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, cpu_flops_per_s=8.0, gpu_op_s=0.02,
+                     gpu_row_s=0.1, gpu_multi_row_s=0.2, gpu_row_token_s=0.05)
+    models = [_shaped([("l0", "decoder", 4, 8), ("l1", "decoder", 8, 6)]), _shaped([("l0", "decoder", 16, 4)]),
+              _shaped([("l0", "decoder", 6, 48), ("l1", "decoder", 6, 48)])]
+    runs = []
+    for model in models:
+        for tier in ("vram", "ram_pageable"):
+            for batch in (1, 2, 4):
+                w = Workload(batch=batch, prompt_tokens=1, new_tokens=3)
+                m, plan = _llamacpp_of(model, toy_machine, [tier] * len(model.units), truth)
+                t = fast_simulate(model, m, plan, w, BIG)["time_per_token_s"]
+                runs.append((model, toy_machine, PeerRun("x", plan, w, BIG, t, float("nan"))))
+    got = fit("llamacpp", runs, "test")
+    for field in ("step_s", "gpu_op_s", "gpu_row_s", "gpu_multi_row_s", "gpu_row_token_s", "cpu_bytes_per_s",
+                  "cpu_op_s", "cpu_flops_per_s"):
+        assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-3), field
+    single = fit("llamacpp", [r for r in runs if r[2].workload.batch == 1], "test")
+    assert single.gpu_row_token_s is None and single.cpu_flops_per_s is None and single.gpu_multi_row_s == 0.0

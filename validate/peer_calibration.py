@@ -26,7 +26,7 @@ PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airll
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s",
          "cpu_head_bytes_per_s": "memory_bytes_per_s", "cpu_flops_per_s": "flops_per_s"}  # started there
-QUADRATURE = ("cpu_flops_per_s",)  # not additive: left to the least squares, absent in the linear start
+NONLINEAR = ("cpu_flops_per_s",)  # not additive: left to the least squares, absent in the linear start
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,20 @@ def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSp
     return out
 
 
+def multiply_start(runs: list[tuple[ModelShape, MachineSpec, PeerRun]], start: dict) -> float:
+    """Where the least squares starts the CPU's multiply rate: the rate at which the CPU units of the runs of
+    several sequences would multiply in the time they stream (their FLOPs over their streaming time at the started
+    speeds), where both terms of the overlap matter (far from it one does not move the fit)."""
+    flops = stream = 0.0
+    for model, m, r in runs:
+        t, w = r.plan.tiers(), r.workload
+        cpu = [u for u in model.units if t[u.name].compute == "cpu" and u.kind != "embedding"]
+        if w.batch > 1 and cpu:
+            flops += sum(u.flops(w.batch, 1, w.prompt_tokens) for u in cpu)
+            stream += sum(u.bytes_touched(w.batch, 1, w.prompt_tokens) for u in cpu) / start["cpu_bytes_per_s"]
+    return flops / stream if stream > 0 else start["cpu_flops_per_s"]
+
+
 def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSpec, PeerRun]],
                  spec: PeerSpec) -> tuple[str, ...]:
     """`params` less the speed from the CPU's last-level cache when no run's CPU weights fit in it, and the head's
@@ -113,11 +127,11 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     unmeasured = {p: PeerSpec.model_fields[p].default for p in PARAMS[engine]
                   if p in OPTIONAL_RATES + MEASURED_BY_SOME and p not in params}
     costs = tuple(p for p in params if p not in SCALES and p not in RATES)
-    rates = tuple(p for p in params if p in RATES and p not in QUADRATURE)
+    rates = tuple(p for p in params if p in RATES and p not in NONLINEAR)
     start = {p: float(getattr(cpu, RATES[p])) if p in RATES else 1.0 if p in SCALES else 0.0 for p in params}
     # the rates' time left to the solve; a speed no run measures stays absent (not a stale value of the profile's)
     base = spec0.model_copy(update={**start, **dict.fromkeys(rates, 1e30), **unmeasured,
-                                    **dict.fromkeys(set(QUADRATURE) & set(params))})  # the roofline meanwhile
+                                    **dict.fromkeys(set(NONLINEAR) & set(params))})  # the roofline meanwhile
     per_token = [(model, m, r) for model, m, r in runs if np.isfinite(r.measured_tpot_s)]
     A = np.array([[*features(model, r, costs), *(rate_bytes(model, r.plan, m, spec0)[p] for p in rates)]
                   for model, m, r in per_token])
@@ -128,6 +142,8 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
         names = [(costs + rates)[i] for i in used]
         x = nnls(A[:, used], np.maximum(b, 0.0))[0]
         start.update({p: (1.0 / v if v > 0 else start[p]) if p in RATES else v for p, v in zip(names, x)})
+    if "cpu_flops_per_s" in params:
+        start["cpu_flops_per_s"] = multiply_start(runs, start)
     x0 = np.array([start[p] for p in params])
     lower = np.array([0.05 if p in SCALES else 1e-6 * x0[i] if p in RATES else 0.0 for i, p in enumerate(params)])
 
