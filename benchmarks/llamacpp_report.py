@@ -197,13 +197,31 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
     return rows
 
 
-# calls whose host was shown to be contended (the same shape and build 50% slower than in two other calls;
-# docs/peers.md, eighth session): reported, and apart
-CONTENDED = ("llamacpp-e.json",)
+SLOW_HOST = 0.75  # a call's CPU grid below this share of the same unit's median over the calls: a contended host
+
+
+def contended(loaded) -> set[str]:
+    """Files whose call timed the host's CPU slower than the other calls timed the same unit: the batch-1 decode of
+    the architecture's CPU decoder grid (calibrate's, pageable) below SLOW_HOST times its median over every call that
+    has it. Elsewhere the same grid moved by at most 10% between calls (Llama-1B 34-38 GB/s, Llama-8B 42-46); call E
+    timed Llama-1B's at 21 GB/s, and its llama.cpp runs were up to 50% slower than the same settings in other calls
+    (docs/peers.md, eighth session). Calls without a calibrate (--no-calibrate) are never flagged."""
+    speeds: dict[str, list[tuple[str, float]]] = {}
+    for e, *_ in loaded:
+        grids = e["profile"]["machine"].get("compute_grids") or []
+        g = next((g for g in grids if g["device"] == "cpu" and g["unit"]["kind"] == "decoder"
+                  and g["memory"] == "pageable" and g["batch"][0] == 1), None)
+        if g is not None:
+            speed = g["unit"]["nbytes"] / statistics.median(g["decode_s"][0])
+            speeds.setdefault(e["arch"], []).append((e["file"], speed))
+    return {f for xs in speeds.values() if len(xs) > 1 for f, v in xs
+            if v < SLOW_HOST * statistics.median(v for _, v in xs)}
+
+
 STEADY_PCT = 15  # runs whose repetitions (pooled over rounds) spread less than this: the host held still
 
 
-def summarise(rows: list[dict], fitted_archs: set[str] = frozenset()) -> dict:
+def summarise(rows: list[dict], fitted_archs: set[str] = frozenset(), slow_hosts: set[str] = frozenset()) -> dict:
     """Median and worst error of the held-out runs: per test kind, per file, and the exported plans apart by their
     form (-ngl, as --export llamacpp writes it now, or every layer offloaded with -ot sending the first ones back,
     as it wrote before: those layers' KV cache stays on the GPU, which the engine model does not price)."""
@@ -216,7 +234,7 @@ def summarise(rows: list[dict], fitted_archs: set[str] = frozenset()) -> dict:
     priced = [r for r in held if r["kind"] in ("ngl", "exported")]
     out = {test: stats([r for r in priced if r["test"].startswith(test)]) for test in ("tg", "pp")}
     tg = [r for r in priced if r["test"].startswith("tg")]
-    out["tg, calls not contended"] = stats([r for r in tg if r["file"] not in CONTENDED])
+    out["tg, calls not contended"] = stats([r for r in tg if r["file"] not in slow_hosts])
     out[f"tg, run-to-run sd under {STEADY_PCT}%"] = stats([r for r in tg if r["stddev_pct"] < STEADY_PCT])
     out["tg, shapes never fitted"] = stats([r for r in tg if r["arch"] not in fitted_archs])
     for f in sorted({r["file"] for r in rows}):
@@ -270,7 +288,9 @@ def main() -> None:
         print(f"| {r['arch']} | {r['run']} | {r['test']} | {r['ngl']} | {r['cpu_units']} | "
               f"{'yes' if r['calibration'] else ''} | {r['predicted_s']:.4f} / {r['measured_s']:.4f} | "
               f"{r['error_pct']:+.1f}% | {r['stddev_pct']:.1f}% |")
-    summary = summarise(rows, {f.split(":", 1)[1] for f in fit_on})
+    slow = contended(loaded)
+    print("contended (their calibrate timed the host's CPU slow):", sorted(slow))
+    summary = summarise(rows, {f.split(":", 1)[1] for f in fit_on}, slow)
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:
