@@ -107,14 +107,14 @@ def multiply_start(runs: list[tuple[ModelShape, MachineSpec, PeerRun]], start: d
 
 def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSpec, PeerRun]],
                  spec: PeerSpec) -> tuple[str, ...]:
-    """`params` less the speed from the CPU's last-level cache when no run's CPU weights fit in it, and the head's
-    own speed when no run computes the head on the CPU from memory after CPU layers (nothing would measure it: it
-    stays absent, and the memory speed holds for every plan)."""
+    """`params` less the speed from the CPU's last-level cache when no run's CPU weights fit in it, the head's own
+    speed when no run computes the head on the CPU from memory after CPU layers (nothing would measure it: it stays
+    absent, and the memory speed holds for every plan), and the costs of several sequences decoded together when no
+    run decodes several (MEASURED_BY_SOME: they keep their defaults)."""
     seen = {p for model, m, r in runs for p, b in rate_bytes(model, r.plan, m, spec).items() if b > 0}
     paid = {p for model, m, r in runs for p, n in zip(MEASURED_BY_SOME, features(model, r, MEASURED_BY_SOME)) if n}
     return tuple(p for p in params if (p not in OPTIONAL_RATES or p in seen)
                  and (p not in MEASURED_BY_SOME or p in paid))
-
 
 
 def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
