@@ -154,15 +154,14 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
     return out
 
 
-def kv_per_sequence(kind: str, rec: dict, run: PeerRun) -> bool:
+def kv_per_sequence(kind: str, rec: dict, run: PeerRun, shape: ModelShape) -> bool:
     """Several sequences, each with its own KV cache (llama.cpp's default for -np B; no -kvu), on a placement with
     layers on both devices: measured 25-60% slower than with one shared cache (call N), which the engine model
     prices and --export llamacpp asks for. Reported apart, as not priced as run."""
     if not kind.endswith("batched") or rec["batch"] < 2 or "-kvu" in rec.get("extra", ""):
         return False
     t = run.plan.tiers()
-    devices = {t[u].compute for u in t if not u.endswith("embed_tokens")}
-    return devices == {"cpu", "gpu"}
+    return {t[u.name].compute for u in shape.units if u.kind != "embedding"} == {"cpu", "gpu"}
 
 
 def ngls_of(runs: list, kind: str) -> list[int]:
@@ -190,7 +189,7 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
                          "ngl": rec["n_gpu_layers"],
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": fitted_on(e, fit_on) and is_calibration(kind, rec, ngls),
-                         "kv_per_sequence": kv_per_sequence(kind, rec, run),
+                         "kv_per_sequence": kv_per_sequence(kind, rec, run, shape),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
                          "stddev_pct": 100 * rec["stddev_ns"] / rec["avg_ns"]})

@@ -152,8 +152,9 @@ class PeerSpec(Spec):
                                        "joins its threads after each), on top of the streaming time.")
     gpu_op_s: NonNegativeFloat | None = Field(default=None, description="The engine's own GPU kernels at decode (at "
                                               "most MMV_MAX_TOKENS tokens per step, llama.cpp's matrix-vector "
-                                              "kernels): the unit's bytes at the GPU's bandwidth plus this per "
-                                              "operator of its graph. Absent: the GPU grid times gpu_compute_scale.")
+                                              "kernels; PEER_DECODE_MAX_TOKENS with gpu_row_token_s): the unit's "
+                                              "bytes at the GPU's bandwidth plus this per operator of its graph. "
+                                              "Absent: the GPU grid times gpu_compute_scale.")
     gpu_row_s: NonNegativeFloat = Field(default=0.0, description="With gpu_op_s: per output row of the unit's "
                                         "weight matrices, counted as its multiplied parameters / hidden (exact for "
                                         "a square matrix, ~1.25x for a decoder whatever its size): llama.cpp's "
