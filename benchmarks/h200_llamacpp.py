@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -237,6 +238,17 @@ def fractions(text: str) -> tuple[float, ...]:
     return out
 
 
+def arg_list(text: str) -> list[str]:
+    """--batch-extra: llama-batched-bench arguments as a shell would split them, each an option or its value."""
+    try:
+        out = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of arguments ({exc}); give e.g. '-kvu -fa on'")
+    if not out or not out[0].startswith("-"):
+        raise argparse.ArgumentTypeError(f"{text!r} does not start with an option; give e.g. '-kvu --no-op-offload'")
+    return out
+
+
 def host_info() -> dict:
     """The host CPU as the OS reports it: lscpu's summary and each cache level's size (a CPU share whose weights fit
     the last-level cache streams faster than memory)."""
@@ -286,6 +298,8 @@ def settings_of(a, layers: int, prompts: list[int], exports: list[dict]) -> list
         out += [("batched", ["-ngl", str(n), *kvu], [], None) for n in dict.fromkeys(shares)]
         if a.batch_kvu_at is not None and not kvu:  # a shared KV cache against one per sequence, at one -ngl
             out.append(("batched", ["-ngl", str(min(round(a.batch_kvu_at * layers), layers + 1)), "-kvu"], [], None))
+        out += [("batched", ["-ngl", str(n), *extra], [], None) for extra in a.batch_extra
+                for n in dict.fromkeys(shares)]
     at = str(min(round(a.threads_at * layers), layers + 1))
     out += [("threads", ["-ngl", at, "-t", t], [0], None) for t in a.threads.split(",") if t]
     for exp in exports:
@@ -399,6 +413,9 @@ def main() -> None:
                     "shared by the sequences (-kvu) at this -ngl share")
     ap.add_argument("--batch-kvu", action="store_true", help="every batched run with one KV cache shared by the "
                     "sequences (-kvu)")
+    ap.add_argument("--batch-extra", type=arg_list, action="append", default=[],
+                    help="also time every batched -ngl with these llama-batched-bench arguments (repeatable), "
+                         "e.g. --batch-extra='-kvu --no-op-offload'")
     ap.add_argument("--export-batch", type=int, default=4, help="sequences of the --export-batch-shares plans")
     ap.add_argument("--export-batch-shares", type=fractions, default=(), help="GPU budgets of plans exported for "
                     "--export-batch sequences (timed by llama-batched-bench), as shares of the weights")

@@ -89,6 +89,8 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
         room = f" of {seqs}" if seqs and seqs != b else ""
         name = f"{label or f'-ngl {ngl}'}{' ' + extra if extra else ''}, {b} sequences{room}"
         plan_b = plan or llamacpp_ngl(shape, machine, w, budgets(machine), ngl)
+        if "--no-op-offload" in extra.split():  # CPU-held weights multiplied on the CPU at any step size
+            plan_b = plan_b.model_copy(update={"gpu_offload_min_tokens": None})
         run = PeerRun(name, plan_b, w, budgets(machine), statistics.median(steps), float("nan"))
         out.append((kind, rec, run))
     return out
