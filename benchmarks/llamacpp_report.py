@@ -92,7 +92,7 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
         if "--no-op-offload" in extra.split():  # CPU-held weights multiplied on the CPU at any step size
             plan_b = plan_b.model_copy(update={"gpu_offload_min_tokens": None})
         run = PeerRun(name, plan_b, w, budgets(machine), statistics.median(steps), float("nan"))
-        out.append((kind, rec, run))
+        out.append((kind, dict(rec, kv_per_sequence=kv_per_sequence(kind, rec, run, shape)), run))
     return out
 
 
@@ -134,7 +134,8 @@ def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
     ranked = sorted(set(ngls))
     if kind == "batched":
         ngl, b = rec["n_gpu_layers"], rec["batch"]
-        return b > 1 and not rec.get("extra") and (ngl == ranked[-1] or ngl == ranked[0] and b < 32)
+        return (b > 1 and rec.get("extra", "") in ("", "-kvu") and not rec.get("kv_per_sequence")
+                and (ngl == ranked[-1] or ngl == ranked[0] and b < 32))
     middle = min(ranked, key=lambda n: abs(n - ranked[-1] / 2))
     if kind != "ngl" or rec["n_gpu_layers"] not in {ranked[0], middle, *ranked[-2:]}:
         return False
@@ -157,13 +158,19 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
 
 
 def kv_per_sequence(kind: str, rec: dict, run: PeerRun, shape: ModelShape) -> bool:
-    """Several sequences, each with its own KV cache (llama.cpp's default for -np B; no -kvu), on a placement with
-    layers on both devices: measured 25-60% slower than with one shared cache (call N), which the engine model
-    prices and --export llamacpp asks for. Reported apart, as not priced as run."""
+    """Several sequences, each with its own KV cache (llama.cpp's default for -np B; no -kvu), with any layer on the
+    GPU: each sequence's attention then runs over its own cache padded to 256 cells, measured 25-60% slower than with
+    one shared cache on a placement split between the devices (call N) and up to 2.4x slower on the GPU alone
+    (call P: 48 sequences, 22.0 ms a step against 9.1), where the engine model prices the shared cache that
+    --export llamacpp asks for and llama-server uses unless -np is given. With every layer on the CPU the two
+    caches time alike (call P: 24 sequences, 128 ms against 131) below the step size from which ggml multiplies
+    CPU-held weights on the GPU (the plan's gpu_offload_min_tokens); from it on, the sequences' own caches cost
+    5-12% more there too (call P, 32 and 48 sequences). Reported apart, as not priced as run."""
     if not kind.endswith("batched") or rec["batch"] < 2 or "-kvu" in rec.get("extra", ""):
         return False
     t = run.plan.tiers()
-    return {t[u.name].compute for u in shape.units if u.kind != "embedding"} == {"cpu", "gpu"}
+    offload = run.plan.gpu_offload_min_tokens is not None and rec["batch"] >= run.plan.gpu_offload_min_tokens
+    return offload or any(t[u.name].compute == "gpu" for u in shape.units if u.kind in ("decoder", "attention"))
 
 
 def ngls_of(runs: list, kind: str) -> list[int]:
@@ -191,7 +198,7 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
                          "ngl": rec["n_gpu_layers"],
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": fitted_on(e, fit_on) and is_calibration(kind, rec, ngls),
-                         "kv_per_sequence": kv_per_sequence(kind, rec, run, shape),
+                         "kv_per_sequence": rec.get("kv_per_sequence", False),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
                          "stddev_pct": 100 * rec["stddev_ns"] / rec["avg_ns"]})
@@ -257,9 +264,27 @@ def summarise(rows: list[dict], fitted_archs: set[str] = frozenset(), slow_hosts
             [r for r in batched if r["batch"] > 1 and r["stddev_pct"] < STEADY_PCT])
         for b in sorted({r["batch"] for r in batched}):
             out[f"batched, B = {b}"] = stats([r for r in batched if r["batch"] == b])
+    out.update(tools_gap(rows))
     for kind in ("exported_ot", "threads"):  # not priced as run: the -ot form's KV on the GPU, other thread counts
         out[f"tg {kind} (not priced as run)"] = stats([r for r in held if r["kind"] == kind and r["test"] != "pp"])
     return out
+
+
+def tools_gap(rows: list[dict]) -> dict:
+    """The two tools measured against each other, no model in between: one sequence decoded by llama-batched-bench
+    (after its prompt, steps timed from the first) over llama-bench's generation (after its warm-up step) at the same
+    -ngl, step count and call; median and range of the ratio less one, per step count."""
+    bench = {(r["file"], r["arch"], r["ngl"], r["test"]): r["measured_s"] for r in rows
+             if r["kind"] == "ngl" and r["test"].startswith("tg")}
+    gaps: dict[str, list[float]] = {}
+    for r in rows:
+        if r["kind"] == "batched" and r["batch"] == 1 and "--no-op-offload" not in r["run"]:
+            ref = bench.get((r["file"], r["arch"], r["ngl"], r["test"].split()[-1]))
+            if ref:
+                gaps.setdefault(r["test"].split()[-1], []).append(100 * (r["measured_s"] / ref - 1))
+    return {f"one sequence, llama-batched-bench over llama-bench, {test}": {
+        "runs": len(g), "median_pct": statistics.median(g), "min_pct": min(g), "max_pct": max(g)}
+        for test, g in sorted(gaps.items())}
 
 
 def main() -> None:

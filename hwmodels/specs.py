@@ -152,7 +152,7 @@ class PeerSpec(Spec):
                                        "joins its threads after each), on top of the streaming time.")
     gpu_op_s: NonNegativeFloat | None = Field(default=None, description="The engine's own GPU kernels at decode (at "
                                               "most MMV_MAX_TOKENS tokens per step, llama.cpp's matrix-vector "
-                                              "kernels; PEER_DECODE_MAX_TOKENS with gpu_row_token_s): the unit's "
+                                              "kernels; any decode step, with gpu_row_token_s): the unit's "
                                               "bytes at the GPU's bandwidth plus this per operator of its graph. "
                                               "Absent: the GPU grid times gpu_compute_scale.")
     gpu_row_s: NonNegativeFloat = Field(default=0.0, description="With gpu_op_s: per output row of the unit's "
@@ -162,13 +162,14 @@ class PeerSpec(Spec):
                                         "memory round trip and a reduction, shared by the blocks resident on the "
                                         "GPU) shows on short rows.")
     gpu_multi_row_s: NonNegativeFloat = Field(default=0.0, description="With gpu_row_token_s: per output row of a "
-                                              "step of 2 to 32 tokens (sequences decoded together) instead of "
-                                              "gpu_row_s, beside gpu_row_token_s per row and token.")
+                                              "decode step of several sequences (or a prefill step of 2 to 32 "
+                                              "tokens) instead of gpu_row_s, beside gpu_row_token_s per row and "
+                                              "token.")
     gpu_row_token_s: NonNegativeFloat | None = Field(default=None, description="With gpu_op_s: per output row and "
-                                                     "token of a step of 2 to 32 tokens: llama.cpp's decode of B "
-                                                     "sequences measured linear in B per weight row (call M, three "
-                                                     "shapes). Absent: such a step pays gpu_row_s per row up to "
-                                                     "MMV_MAX_TOKENS tokens, the GPU grid above.")
+                                                     "token of such a step: llama.cpp's decode of B sequences "
+                                                     "measured linear in B per weight row (calls M and P, B = 2 to "
+                                                     "48, three shapes). Absent: such a step pays gpu_row_s per row "
+                                                     "up to MMV_MAX_TOKENS tokens, the GPU grid above.")
     cpu_flops_per_s: PositiveFloat | None = Field(default=None, description="With cpu_bytes_per_s: the rate of the "
                                                   "engine's own CPU matrix kernels; a CPU unit then takes the "
                                                   "OVERLAP_NORM-norm (sim.compute) of its streaming and multiplying "

@@ -153,9 +153,10 @@ def kernel_overhead_s(gpu, dispatch: str) -> float:
 # ggml's CUDA backend computes a step of at most this many tokens with its matrix-vector kernels (ggml-cuda/mmvf.cuh,
 # MMVF_MAX_BATCH_SIZE; mmvq.cuh likewise), which stream the weights once; larger steps go to cuBLAS / MMQ
 MMV_MAX_TOKENS = 8
-# measured on llama.cpp (call M, docs/peers.md): a decode step of 2-32 tokens (sequences decoded together) costs the
-# weights' bytes once plus a cost per row and token that is linear in the tokens all the way, through the kernels'
-# switch at 8; from 32 tokens on ggml copies CPU-held weights to the GPU instead (GGML_OP_OFFLOAD_MIN_BATCH)
+# measured on llama.cpp (calls M and P, docs/peers.md): a decode step of several tokens (sequences decoded together)
+# costs the weights' bytes once plus a cost per row and token that is linear in the tokens all the way, through the
+# kernels' switch at 8 and past 32 (48 sequences); a prefill step counts as one up to this many tokens (from 32 on
+# ggml also copies CPU-held weights to the GPU to multiply them there: GGML_OP_OFFLOAD_MIN_BATCH)
 PEER_DECODE_MAX_TOKENS = 32
 # how a peer's CPU streaming and multiplying overlap: the unit takes (stream^p + multiply^p)^(1/p), between their sum
 # (p = 1) and the larger (p -> inf). p = 3 fits the calibration runs best (call M, Llama-1B on the CPU, 2-16 tokens a
@@ -178,11 +179,13 @@ def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
     another engine's kernels against a measured grid (a roofline, a bound, is never scaled). `op_s`: another
     engine's own decode kernels (llama.cpp's, measured on it): a step of at most MMV_MAX_TOKENS tokens streams the
     unit's bytes at the GPU's bandwidth and pays `op_s` per operator of its graph (sim.shapes.ggml_ops) and `row_s`
-    per row of its weight matrices (matrix_rows). `multi_row_s` (fixed, per token): a step of 2 to
-    PEER_DECODE_MAX_TOKENS tokens pays this per row instead, fixed + tokens x per token."""
+    per row of its weight matrices (matrix_rows). `multi_row_s` (fixed, per token): a decode step of several
+    sequences, or a prefill step of up to PEER_DECODE_MAX_TOKENS tokens, pays this per row instead, fixed + tokens
+    x per token."""
     g = machine.gpu
     tokens = batch * new_tokens
-    if op_s is not None and tokens <= (PEER_DECODE_MAX_TOKENS if multi_row_s else MMV_MAX_TOKENS):
+    if op_s is not None and (tokens <= MMV_MAX_TOKENS
+                             or multi_row_s is not None and (new_tokens == 1 or tokens <= PEER_DECODE_MAX_TOKENS)):
         stream = unit.bytes_touched(batch, new_tokens, context) / g.vram_bytes_per_s
         per_row = multi_row_s[0] + tokens * multi_row_s[1] if multi_row_s and tokens > 1 else row_s
         return stream + ggml_ops(unit.kind, family) * op_s + matrix_rows(unit) * per_row

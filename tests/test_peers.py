@@ -415,8 +415,9 @@ def test_llamacpp_several_sequences_hand_worked(toy_machine):
     """A decode step of B sequences (call M): on the GPU, a unit of 4 bytes, 8 multiplied parameters, hidden 2 (4
     rows) streams its weights once and 4 x hidden x B bytes of activations at 10 B/s, pays 22 operators x 0.02 s and
     per row gpu_multi_row_s (0.1) + B x gpu_row_token_s (0.05): at B = 4, 36 / 10 + 0.44 + 4 x 0.3 = 5.24 s; one
-    sequence pays gpu_row_s (0.07) a row: 1.2 + 0.44 + 0.28 = 1.92 s; past 32 tokens the roofline (no grid): 40
-    sequences, 324 B / 10 = 32.4 s. Without the per-token cost, 2-8 tokens pay gpu_row_s (3.6 + 0.44 + 0.28) and 16
+    sequence pays gpu_row_s (0.07) a row: 1.2 + 0.44 + 0.28 = 1.92 s; 40 sequences likewise (call P: linear past
+    32), 324 B / 10 + 0.44 + 4 x (0.1 + 40 x 0.05) = 41.24 s, where a prefill of 40 tokens takes the roofline (no
+    grid): 324 B / 10 = 32.4 s. Without the per-token cost, 2-8 tokens pay gpu_row_s (3.6 + 0.44 + 0.28) and 16
     the roofline (13.2 s). On the CPU at B = 4 the streaming (36 B / 2 B/s = 18 s) and the multiplying (2 x 8 x 4
     FLOP / 8 FLOP/s = 8 s) overlap in part: (18^3 + 8^3)^(1/3) + 22 x 0.01; without the engine's own rate, the
     larger of 18 s and the CPU's 64 / 1e6 s."""
@@ -429,6 +430,8 @@ def test_llamacpp_several_sequences_hand_worked(toy_machine):
     assert gpu_compute_s(u, toy_machine, 1, 1, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
         pytest.approx(1.92)
     assert gpu_compute_s(u, toy_machine, 40, 1, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
+        pytest.approx(41.24, rel=1e-4)
+    assert gpu_compute_s(u, toy_machine, 1, 40, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
         pytest.approx(32.4, rel=1e-4)
     assert gpu_compute_s(u, toy_machine, 4, 1, 0, "toy", op_s=0.02, row_s=0.07) == pytest.approx(4.32)
     assert gpu_compute_s(u, toy_machine, 16, 1, 0, "toy", op_s=0.02, row_s=0.07) == pytest.approx(13.2, rel=1e-4)
@@ -459,3 +462,37 @@ def test_llamacpp_fit_recovers_the_costs_of_several_sequences(toy_machine):
         assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-3), field
     single = fit("llamacpp", [r for r in runs if r[2].workload.batch == 1], "test")
     assert single.gpu_row_token_s is None and single.cpu_flops_per_s is None and single.gpu_multi_row_s == 0.0
+
+
+def test_llamacpp_tools_gap_hand_worked():
+    """The report's comparison of the two tools, no model in between: one sequence in llama-batched-bench over
+    llama-bench's generation at the same file, shape, -ngl and step count. 0.023 / 0.020 - 1 = +15% and
+    0.0102 / 0.010 - 1 = +2% over 12 steps (median 8.5%); a --no-op-offload run, a run of 4 sequences and one with no
+    llama-bench twin (64 steps at -ngl 9) are left out."""
+    from benchmarks.llamacpp_report import tools_gap
+
+    def row(kind, ngl, test, t, batch=1, run="-ngl"):
+        return {"file": "p", "arch": "a", "kind": kind, "ngl": ngl, "test": test, "measured_s": t, "batch": batch,
+                "run": run}
+    rows = [row("ngl", 14, "tg12", 0.020), row("batched", 14, "B1 tg12", 0.023),
+            row("ngl", 29, "tg12", 0.010), row("batched", 29, "B1 tg12", 0.0102),
+            row("batched", 29, "B1 tg12", 0.5, run="-ngl 29 -kvu --no-op-offload, 1 sequences"),
+            row("batched", 29, "B4 tg12", 0.5, batch=4), row("batched", 9, "B1 tg64", 0.5)]
+    gap = tools_gap(rows)
+    assert list(gap) == ["one sequence, llama-batched-bench over llama-bench, tg12"]
+    g = gap["one sequence, llama-batched-bench over llama-bench, tg12"]
+    assert g["runs"] == 2
+    assert g["median_pct"] == pytest.approx(8.5)
+    assert (g["min_pct"], g["max_pct"]) == (pytest.approx(2.0), pytest.approx(15.0))
+
+
+def test_llamacpp_benchmark_batch_extra_arguments():
+    """--batch-extra takes arguments as a shell splits them and refuses, in one sentence naming the value, text that
+    is not a list of options."""
+    import argparse
+    from benchmarks.h200_llamacpp import arg_list
+    assert arg_list("-kvu --no-op-offload") == ["-kvu", "--no-op-offload"]
+    assert arg_list("-fa 'on'") == ["-fa", "on"]
+    for bad in ("kvu", "", "-kvu 'on"):
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad).replace("'", ".")):
+            arg_list(bad)

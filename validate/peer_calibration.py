@@ -15,7 +15,7 @@ from scipy.optimize import least_squares, nnls
 
 from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
-from sim.compute import PEER_DECODE_MAX_TOKENS, matrix_rows
+from sim.compute import matrix_rows
 from sim.schedule import cpu_stream_bytes_per_s
 from sim.shapes import ModelShape, ggml_ops, param_modules
 
@@ -56,7 +56,7 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
            for dev in ("cpu", "gpu")}
     rows = sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")
     tokens = run.workload.batch  # per decode step: one of every sequence
-    multi = 1 < tokens <= PEER_DECODE_MAX_TOKENS
+    multi = tokens > 1  # sim.compute.gpu_compute_s: any decode step of several sequences
     count = {"step_s": 1.0, "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
              "load_unit_s": float(len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"],
              "gpu_row_s": 0.0 if multi else rows, "gpu_multi_row_s": rows if multi else 0.0,
