@@ -11,9 +11,10 @@ validate/peer_calibration.py) are fitted on the architectures named by --fit (de
 file): generation at the smallest -ngl, the middle one, the largest and the one below it, the 128-token prompt at
 the largest, and several sequences at the smallest and the largest batched -ngl. Every other record is held out.
 Each setting's time is the median of its repetitions (pooled over rounds).
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o}.json \
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
-     --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b [--json OUT]
+     --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
+     --fit llamacpp-q.json:llama-1b [--json OUT]
 """
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
         w = Workload(batch=b, prompt_tokens=pp, new_tokens=tg + 1)
         mean = statistics.fmean(steps)
         rec = {"kind": kind, "n_prompt": pp, "n_gen": tg, "n_gpu_layers": ngl, "batch": b, "rounds": len(group),
-               "avg_ns": mean * 1e9, "stddev_ns": (statistics.stdev(steps) if len(steps) > 1 else 0.0) * 1e9,
+               # one round: its spread was not measured (never counted among the steady runs)
+               "avg_ns": mean * 1e9, "stddev_ns": (statistics.stdev(steps) if len(steps) > 1 else float("nan")) * 1e9,
                "n_seq_max": seqs, "extra": extra}
         room = f" of {seqs}" if seqs and seqs != b else ""
         name = f"{label or f'-ngl {ngl}'}{' ' + extra if extra else ''}, {b} sequences{room}"
@@ -127,8 +129,9 @@ def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
     CPU, from memory), the largest and the one below it (the CPU's speed from its last-level cache when that share
     fits it, the GPU's decode kernels), and the first prompt test at the largest (its prefill kernels against the
     GPU grid). Of the batched runs (`ngls`: theirs), several sequences at the smallest and the largest -ngl (the
-    CPU's and the GPU's kernels on a step of several tokens), but not the CPU's 32 (ggml's offload of CPU-held
-    weights, which no parameter prices apart)."""
+    CPU's and the GPU's kernels on a step of several tokens) as the engine model prices them (one shared KV cache,
+    ggml's own offload), but not the CPU's 32 (ggml's offload of CPU-held weights, which no parameter prices
+    apart)."""
     if kind not in ("ngl", "batched"):
         return False
     ranked = sorted(set(ngls))
@@ -264,6 +267,8 @@ def summarise(rows: list[dict], fitted_archs: set[str] = frozenset(), slow_hosts
             [r for r in batched if r["batch"] > 1 and r["stddev_pct"] < STEADY_PCT])
         for b in sorted({r["batch"] for r in batched}):
             out[f"batched, B = {b}"] = stats([r for r in batched if r["batch"] == b])
+        for f in sorted({r["file"] for r in batched}):
+            out[f"batched, B > 1, {f}"] = stats([r for r in batched if r["batch"] > 1 and r["file"] == f])
     out.update(tools_gap(rows))
     for kind in ("exported_ot", "threads"):  # not priced as run: the -ot form's KV on the GPU, other thread counts
         out[f"tg {kind} (not priced as run)"] = stats([r for r in held if r["kind"] == kind and r["test"] != "pp"])

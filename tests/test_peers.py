@@ -496,3 +496,21 @@ def test_llamacpp_benchmark_batch_extra_arguments():
     for bad in ("kvu", "", "-kvu 'on"):
         with pytest.raises(argparse.ArgumentTypeError, match=repr(bad).replace("'", ".")):
             arg_list(bad)
+
+
+def test_llamacpp_report_spread_of_one_round_is_unmeasured():
+    """A llama-batched-bench setting timed in one round has no measured spread (NaN, never among the steady runs);
+    two rounds of 0.8 and 1.2 s over 4 steps (0.2 and 0.3 s a step) give the median 0.25 s and a spread of
+    stdev(0.2, 0.3) / mean = 0.0707 / 0.25 = 28%."""
+    import math
+    from benchmarks.llamacpp_report import batched_runs
+    from hwmodels.presets import load_machine
+    from sim.models import load_model
+    shape, machine = load_model("llama-3.1-8b"), load_machine("h200-testbox")
+    rec = {"n_gpu_layers": 33, "pl": 4, "pp": 16, "tg": 4, "t_tg": 0.8, "args": ["-ngl", "33", "-kvu"]}
+    [(_, one, run)] = batched_runs([rec], shape, machine)
+    assert math.isnan(one["stddev_ns"]) and run.measured_tpot_s == pytest.approx(0.2)
+    [(_, two, run)] = batched_runs([rec, dict(rec, t_tg=1.2)], shape, machine)
+    assert run.measured_tpot_s == pytest.approx(0.25)
+    assert two["stddev_ns"] / two["avg_ns"] == pytest.approx(0.2828, rel=1e-3)
+    assert two["extra"] == "-kvu" and not two["kv_per_sequence"]
