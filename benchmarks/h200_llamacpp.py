@@ -216,6 +216,46 @@ def host_state(n: int = 5) -> dict:
             speeds[-1]]}
 
 
+def copy_probe(path: Path, sizes_mb: tuple[int, ...] = (8, 32, 128, 512), shots: int = 5) -> dict:
+    """The link's pageable copy speed by size, from the memory-mapped GGUF (page cache warm, as llama.cpp's op
+    offload copies CPU-held weights) and from anonymous memory: median seconds of `shots` copies per size."""
+    import numpy as np
+    import torch
+    if not torch.cuda.is_available():
+        return {"skipped": "no GPU"}
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    out = {"sizes_mb": list(sizes_mb), "mapped_s": [], "anonymous_s": []}
+    for mb in sizes_mb:
+        n = min(mb << 20, mm.size)
+        for key, src in (("mapped_s", torch.from_numpy(np.asarray(mm[mm.size - n:]))),
+                         ("anonymous_s", torch.ones(n, dtype=torch.uint8))):
+            dst = torch.empty(n, dtype=torch.uint8, device="cuda")
+            secs = []
+            for _ in range(shots):
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                dst.copy_(src)
+                torch.cuda.synchronize()
+                secs.append(time.perf_counter() - t)
+            out[key].append(sorted(secs)[shots // 2])
+            del dst
+    log("copy probe", {k: [f"{(m << 20) / s / 1e9:.1f} GB/s" for m, s in zip(sizes_mb, v)]
+                       for k, v in out.items() if k != "sizes_mb"})
+    return out
+
+
+def sched_debug(binary: str, model: Path, args: list[str], batch: int, prompt: int) -> dict:
+    """ggml's scheduler, as it splits one graph of B sequences between the devices (GGML_SCHED_DEBUG=1): each
+    split's device and the inputs it copies in, as llama-batched-bench logs them (-v), first graphs kept."""
+    exe = str(Path(binary).with_name("llama-batched-bench"))
+    cmd = [exe, "-m", str(model), *args, "-c", str(batch * (prompt + 4) + 256), "-npp", str(prompt), "-ntg", "2",
+           "-npl", str(batch), "-t", str(os.cpu_count()), "-v"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, GGML_SCHED_DEBUG="1"))
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "SPLIT" in ln]
+    log("sched debug", " ".join(args), f"B{batch}", f"{len(lines)} split lines")
+    return {"args": args, "batch": batch, "rc": r.returncode, "split_lines": lines[:600], "n_split_lines": len(lines)}
+
+
 def counts(text: str) -> tuple[int, ...]:
     """--batches: comma-separated sequence counts, each >= 1 (empty: none)."""
     try:
@@ -375,6 +415,15 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
                 exp["bench_ot" if kind == "exported_ot" else "bench"] += recs
         save()
     entry["host_after"] = host_state()
+    if a.copy_probe:
+        entry["copy_probe"] = copy_probe(gguf_path)
+    for extra in a.sched_debug:
+        try:
+            entry.setdefault("sched_debug", []).append(sched_debug(binary, gguf_path, ["-ngl", "0", *extra],
+                                                                   max(batches or [32]), a.batch_prompt))
+        except Exception as exc:
+            entry.setdefault("sched_debug", []).append({"args": extra, "error": f"{type(exc).__name__}: {exc}"})
+        save()
     gguf_path.unlink(missing_ok=True)
 
 
@@ -416,6 +465,11 @@ def main() -> None:
     ap.add_argument("--batch-extra", type=arg_list, action="append", default=[],
                     help="also time every batched -ngl with these llama-batched-bench arguments (repeatable), "
                          "e.g. --batch-extra='-kvu --no-op-offload'")
+    ap.add_argument("--copy-probe", action="store_true", help="also time the link's pageable copies by size, from "
+                    "the mapped GGUF and from anonymous memory")
+    ap.add_argument("--sched-debug", type=arg_list, action="append", default=[],
+                    help="also log ggml's splits of one -ngl 0 graph of the largest batch with these arguments "
+                         "(repeatable), e.g. --sched-debug=-kvu")
     ap.add_argument("--export-batch", type=int, default=4, help="sequences of the --export-batch-shares plans")
     ap.add_argument("--export-batch-shares", type=fractions, default=(), help="GPU budgets of plans exported for "
                     "--export-batch sequences (timed by llama-batched-bench), as shares of the weights")
