@@ -175,6 +175,12 @@ class PeerSpec(Spec):
                                                   "OVERLAP_NORM-norm (sim.compute) of its streaming and multiplying "
                                                   "times (they overlap in part). Absent: the roofline with the CPU's "
                                                   "FLOP rate.")
+    gpu_offload_split_s: NonNegativeFloat = Field(default=0.0, description="llama.cpp's op offload (a step of at "
+                                                  "least the plan's gpu_offload_min_tokens): per weight tensor of a "
+                                                  "CPU-held unit multiplied on the GPU (sim.shapes.ggml_weights), "
+                                                  "each a split of ggml's scheduler of its own (synchronise, copy, "
+                                                  "launch); the unit's attention stays on the CPU with its KV cache "
+                                                  "(at cpu_flops_per_s).")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch); with "
                                              "gpu_op_s, for the larger steps only (prefill).")

@@ -18,7 +18,7 @@ from sim.memory import MemoryUse, check_plan
 from sim.pagecache import PageCache
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
-from sim.shapes import ModelShape, param_modules
+from sim.shapes import ModelShape, ggml_weights, param_modules
 
 GPU_LOAD, CPU_READ = 1, 2
 MMAP_HIT_BYTES_PER_S = 1e15  # a mapped page-cache hit where the host's map speed is not measured: no cost of its own
@@ -100,8 +100,19 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     cpu_flops = peer.cpu_flops_per_s if peer is not None else None
 
     last_only = peer is not None and peer.head_last_position
+    # llama.cpp's op offload: a CPU-held unit multiplied on the GPU keeps its attention on the CPU, with its KV cache
+    offloaded = [peer is not None and plan.engine == "llamacpp" and t[u.name].compute == "cpu"
+                 and u.kind != "embedding" for u in units]
+    split_s = peer.gpu_offload_split_s if peer is not None else 0.0
+    attn_flops = (cpu_flops or machine.cpu.flops_per_s) if peer is not None else 0.0
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
+        if offloaded[ui] and not cpu:  # ggml_weights splits of its own, the attention over the shared cache's cells
+            return _compute_time(ui, cpu, batch, new, ctx) + split_s * ggml_weights(units[ui].kind, model.family) \
+                + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops
+        return _compute_time(ui, cpu, batch, new, ctx)
+
+    def _compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
         if last_only and units[ui].kind == "lm_head":  # logits of the last position of each sequence only
             new, ctx = 1, ctx + new - 1

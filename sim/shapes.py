@@ -37,6 +37,17 @@ QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
 GGML_OPS = {"embedding": 1, "decoder": 22, "attention": 15, "mlp": 7, "expert": 4, "shared-expert": 4, "norm": 2,
             "lm_head": 3}
 QK_NORM_GGML_OPS = 4
+# Weight tensors per unit in a GGUF (llama.cpp's names): a decoder's attn_norm, q, k, v, output, ffn_norm, gate, up,
+# down (9), Qwen3's attn_q_norm and attn_k_norm (2 more); the head output_norm and output. On a step of >= 32 tokens
+# ggml's scheduler runs every operator with a CPU-held weight on the GPU, each in a split of its own (a new split
+# per weight, so that their VRAM is reused: ggml-backend.cpp, ggml_backend_sched_split_graph), measured with
+# GGML_SCHED_DEBUG (call S: 84 splits per graph for 8 Llama layers, 340 for 28 Qwen3 layers; docs/peers.md).
+GGML_WEIGHTS = {"embedding": 1, "decoder": 9, "attention": 5, "mlp": 4, "expert": 3, "shared-expert": 3, "norm": 1,
+                "lm_head": 2}
+QK_NORM_GGML_WEIGHTS = 2
+# ggml's KV cache grows in whole chunks of cells: attention runs over the used cells rounded up to this many
+# (llama-kv-cache.cpp, get_n_kv: max(n_pad, 256)), masked, for every sequence sharing the cache
+GGML_KV_PAD = 256
 
 
 # A safetensors checkpoint's shard size by convention (the hub's and transformers 4's 5 GB): how many tensors share
@@ -54,6 +65,12 @@ def ggml_ops(kind: str, family: str) -> int:
     """Computing operators of a unit of this kind in llama.cpp's graph (GGML_OPS)."""
     extra = QK_NORM_GGML_OPS if family in QK_NORM_FAMILIES and kind in ("decoder", "attention") else 0
     return GGML_OPS[kind] + extra
+
+
+def ggml_weights(kind: str, family: str) -> int:
+    """Weight tensors of a unit of this kind in a GGUF (GGML_WEIGHTS)."""
+    extra = QK_NORM_GGML_WEIGHTS if family in QK_NORM_FAMILIES and kind in ("decoder", "attention") else 0
+    return GGML_WEIGHTS[kind] + extra
 
 
 class UnitShape(BaseModel):
@@ -83,6 +100,12 @@ class UnitShape(BaseModel):
         tokens = batch * new_tokens
         attn = self.attn_flops_per_ctx_token * batch * (new_tokens * context + new_tokens * (new_tokens + 1) / 2)
         return 2.0 * self.flop_params * tokens + attn
+
+    def ggml_attention_flops(self, batch: int, new_tokens: int, context: int) -> float:
+        """The attention FLOPs of llama.cpp's graph: every new token of the B sequences against every used cell of
+        the one KV cache they share (B x (K + S) cells, rounded up to GGML_KV_PAD), masked rather than skipped."""
+        cells = -(-batch * (context + new_tokens) // GGML_KV_PAD) * GGML_KV_PAD
+        return self.attn_flops_per_ctx_token * batch * new_tokens * cells
 
     def bytes_touched(self, batch: int, new_tokens: int, context: int) -> float:
         """Bytes read or written: weights (lookup rows for an embedding), KV cache, activations."""

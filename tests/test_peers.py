@@ -514,3 +514,70 @@ def test_llamacpp_report_spread_of_one_round_is_unmeasured():
     assert run.measured_tpot_s == pytest.approx(0.25)
     assert two["stddev_ns"] / two["avg_ns"] == pytest.approx(0.2828, rel=1e-3)
     assert two["extra"] == "-kvu" and not two["kv_per_sequence"]
+
+
+def test_ggml_weights_and_attention_cells_hand_worked():
+    """A GGUF holds 9 weights per Llama decoder (norm, q, k, v, o, norm, gate, up, down), 11 per Qwen3 decoder (its
+    q and k norms), 2 per head (norm, output). ggml's attention runs every new token against every used cell of the
+    shared cache rounded up to 256: 32 sequences at context 16 decoding one token use 32 x 17 = 544 cells -> 768, so
+    10 FLOPs per query and cell give 10 x 32 x 768 = 245760; one 512-token prompt 10 x 512 x 512."""
+    from sim.shapes import UnitShape, ggml_weights
+    assert (ggml_weights("decoder", "llama"), ggml_weights("decoder", "qwen3"), ggml_weights("lm_head", "qwen3")) \
+        == (9, 11, 2)
+    u = UnitShape(name="l0", kind="decoder", block=0, modules=("l0",), matrix_params=1, nbytes=2, flop_params=1,
+                  hidden=2, launches=0, attn_flops_per_ctx_token=10)
+    assert u.ggml_attention_flops(32, 1, 16) == 10 * 32 * 768
+    assert u.ggml_attention_flops(1, 512, 0) == 10 * 512 * 512
+    assert u.ggml_attention_flops(1, 1, 0) == 10 * 256
+
+
+def test_llamacpp_offloaded_unit_pays_its_splits_and_cpu_attention():
+    """At -ngl 0 and 32 sequences ggml multiplies every CPU-held weight on the GPU, one split each: a Llama decoder
+    pays 9 x gpu_offload_split_s more, the head 2 x, the embedding (looked up in place) nothing; its attention stays
+    on the CPU: doubling the CPU's multiply rate halves that part (ggml_attention_flops / cpu_flops_per_s). At one
+    sequence nothing is offloaded and the split cost changes nothing. The fit's count per token agrees: 6 x 9 + 2."""
+    from hwmodels.presets import load_machine
+    from validate.peer_calibration import features
+    m = load_machine("h200-testbox")
+    spec = m.peers["llamacpp"]
+
+    def compute(batch: int, **update) -> dict[str, float]:
+        mm = with_peer(m, "llamacpp", spec.model_copy(update=update))
+        w = Workload(batch=batch, prompt_tokens=16, new_tokens=2)
+        plan = llamacpp_ngl(LLAMA6, mm, w, Budgets.of(mm), 0)
+        sch = build_schedule(LLAMA6, mm, plan, w, Budgets.of(mm))
+        return {LLAMA6.units[int(u)].kind: float(c) for u, c, s in zip(sch.unit, sch.compute_s, sch.step) if s == 1}
+    base, split = compute(32, gpu_offload_split_s=0.0), compute(32, gpu_offload_split_s=1e-3)
+    assert split["decoder"] - base["decoder"] == pytest.approx(9e-3)
+    assert split["lm_head"] - base["lm_head"] == pytest.approx(2e-3)
+    assert split["embedding"] == base["embedding"]
+    fast = compute(32, gpu_offload_split_s=0.0, cpu_flops_per_s=2 * spec.cpu_flops_per_s)
+    dec = next(u for u in LLAMA6.units if u.kind == "decoder")
+    attention = dec.ggml_attention_flops(32, 1, 16) / spec.cpu_flops_per_s
+    assert base["decoder"] - fast["decoder"] == pytest.approx(attention / 2)
+    assert compute(1, gpu_offload_split_s=0.0) == compute(1, gpu_offload_split_s=1e-3)
+    w = Workload(batch=32, prompt_tokens=16, new_tokens=2)
+    run = PeerRun("b32", llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), 0), w, Budgets.of(m), 1.0, float("nan"))
+    assert features(LLAMA6, run, ("gpu_offload_split_s",)).tolist() == [6 * 9 + 2]
+
+
+def test_llamacpp_report_reads_a_head_override():
+    """llama-batched-bench's -ot rules as the report reads them: an anchored rule sending output.weight to CUDA0
+    puts the head on the GPU (regex_search, as llama.cpp matches); a rule for the blocks, or the head to the CPU,
+    does not."""
+    from benchmarks.llamacpp_report import head_on_gpu, head_override
+    assert head_override(["-ngl", "0", "-kvu", "-ot", r"^output\.weight=CUDA0"])
+    assert not head_override(["-ngl", "0", "-ot", r"^output\.weight$=CPU"])
+    assert not head_override(["-ngl", "0", "-ot", r"^blk\.0\.=CUDA0"])
+    assert not head_override(["-ngl", "0", "-kvu"])
+    m = load_machine_h200()
+    w = Workload(batch=32, prompt_tokens=16, new_tokens=2)
+    plan = head_on_gpu(llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), 0), LLAMA6)
+    t = plan.tiers()
+    assert [(t[u.name].tier, t[u.name].compute) for u in LLAMA6.units if u.kind == "lm_head"] == [("vram", "gpu")]
+    assert all(t[u.name].compute == "cpu" for u in LLAMA6.units if u.kind != "lm_head")
+
+
+def load_machine_h200():
+    from hwmodels.presets import load_machine
+    return load_machine("h200-testbox")

@@ -17,12 +17,12 @@ from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.compute import matrix_rows
 from sim.schedule import cpu_stream_bytes_per_s
-from sim.shapes import ModelShape, ggml_ops, param_modules
+from sim.shapes import ModelShape, ggml_ops, ggml_weights, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
                        "gpu_op_s", "gpu_row_s", "gpu_compute_scale", "gpu_multi_row_s", "gpu_row_token_s",
-                       "cpu_flops_per_s")}
+                       "cpu_flops_per_s", "gpu_offload_split_s")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s",
          "cpu_head_bytes_per_s": "memory_bytes_per_s", "cpu_flops_per_s": "flops_per_s"}  # started there
@@ -57,11 +57,15 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
     rows = sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")
     tokens = run.workload.batch  # per decode step: one of every sequence
     multi = tokens > 1  # sim.compute.gpu_compute_s: any decode step of several sequences
+    offload = run.plan.gpu_offload_min_tokens is not None and tokens >= run.plan.gpu_offload_min_tokens
+    splits = sum(ggml_weights(u.kind, model.family) for u in model.units
+                 if t[u.name].compute == "cpu" and u.kind != "embedding") if offload else 0
     count = {"step_s": 1.0, "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
              "load_unit_s": float(len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"],
              "gpu_row_s": 0.0 if multi else rows, "gpu_multi_row_s": rows if multi else 0.0,
              "gpu_row_token_s": rows * tokens if multi else 0.0,
-             "cpu_flops_per_s": float(tokens > 1 and ops["cpu"] > 0)}  # whether the run measures it (identifiable)
+             "cpu_flops_per_s": float(tokens > 1 and ops["cpu"] > 0),  # whether the run measures it (identifiable)
+             "gpu_offload_split_s": float(splits)}
     return np.array([count[p] for p in params])
 
 
@@ -74,7 +78,7 @@ def measured(run: PeerRun) -> tuple[str, float]:
 PROBE = {"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0, "cpu_head_bytes_per_s": 3.0}
 OPTIONAL_RATES = ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s")  # absent: cpu_bytes_per_s holds instead
 # what only some runs measure (several sequences decoded together): left absent (their default) when no run does
-MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s")
+MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s", "gpu_offload_split_s")
 
 
 def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec) -> dict[str, float]:
