@@ -250,6 +250,19 @@ def contended(loaded) -> set[str]:
             if v < SLOW_HOST * statistics.median(v for _, v in xs)}
 
 
+def host_copy(loaded) -> dict[str, list[float]]:
+    """Per file, the median of the host's 1 GiB RAM copies (GB/s, read + write) that h200_llamacpp.py timed before
+    and after each architecture's runs: a busy host shows there (call T: 14.4 and 14.0 after; call R: 12.9 after one
+    of its two; 18-22 in most calls) when its calibrate is skipped and its GEMV probe does not."""
+    out: dict[str, list[float]] = {}
+    for e, *_ in loaded:
+        for key in ("host_before", "host_after"):
+            speeds = (e.get(key) or {}).get("copy_bytes_per_s")
+            if speeds:
+                out.setdefault(e["file"], []).append(round(speeds[1] / 1e9, 1))
+    return out
+
+
 STEADY_PCT = 15  # runs whose repetitions (pooled over rounds) spread less than this: the host held still
 
 
@@ -345,6 +358,7 @@ def main() -> None:
               f"{'yes' if r['calibration'] else ''} | {r['predicted_s']:.4f} / {r['measured_s']:.4f} | "
               f"{r['error_pct']:+.1f}% | {r['stddev_pct']:.1f}% |")
     slow = contended(loaded)
+    print("host RAM copy, GB/s median before and after each architecture:", host_copy(loaded))
     print("contended (their calibrate timed the host's CPU slow):", sorted(slow))
     summary = summarise(rows, {f.split(":", 1)[1] for f in fit_on}, slow)
     for group, v in summary.items():

@@ -581,3 +581,13 @@ def test_llamacpp_report_reads_a_head_override():
 def load_machine_h200():
     from hwmodels.presets import load_machine
     return load_machine("h200-testbox")
+
+
+def test_llamacpp_report_host_copy_is_the_median_of_each_timing():
+    """The report's host copy line: per file, the middle of each [min, median, max] RAM copy timing, in GB/s, before
+    then after each architecture; an architecture without the timings adds nothing."""
+    from benchmarks.llamacpp_report import host_copy
+    loaded = [({"file": "t.json", "host_before": {"copy_bytes_per_s": [5e9, 18.5e9, 19e9]},
+                "host_after": {"copy_bytes_per_s": [4e9, 14.04e9, 15e9]}},),
+              ({"file": "t.json"},), ({"file": "u.json", "host_after": {"copy_bytes_per_s": [1e9, 2e9, 3e9]}},)]
+    assert host_copy(loaded) == {"t.json": [18.5, 14.0], "u.json": [2.0]}
