@@ -105,8 +105,8 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
 def head_override(args: list[str]) -> bool:
     """Whether llama-batched-bench's `-ot PATTERN=DEVICE` arguments send the output head's weight to a GPU
     (llama.cpp matches each pattern against the tensor's name with regex_search)."""
-    rules = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-ot", "--override-tensor")]
-    for rule in (r for rules_ in rules for r in rules_.split(",")):
+    rules = ",".join(args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-ot", "--override-tensor"))
+    for rule in rules.split(","):
         pattern, _, device = rule.rpartition("=")
         if pattern and re.search(pattern, "output.weight"):
             return device.upper().startswith("CUDA")

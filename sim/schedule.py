@@ -101,6 +101,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
 
     last_only = peer is not None and peer.head_last_position
     # llama.cpp's op offload: a CPU-held unit multiplied on the GPU keeps its attention on the CPU, with its KV cache
+    # (the GPU price of the unit still counts its attention there too: small beside the copy at these step sizes)
     offloaded = [peer is not None and plan.engine == "llamacpp" and t[u.name].compute == "cpu"
                  and u.kind != "embedding" for u in units]
     split_s = peer.gpu_offload_split_s if peer is not None else 0.0

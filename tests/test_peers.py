@@ -559,6 +559,11 @@ def test_llamacpp_offloaded_unit_pays_its_splits_and_cpu_attention():
     w = Workload(batch=32, prompt_tokens=16, new_tokens=2)
     run = PeerRun("b32", llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), 0), w, Budgets.of(m), 1.0, float("nan"))
     assert features(LLAMA6, run, ("gpu_offload_split_s",)).tolist() == [6 * 9 + 2]
+    # the fit's linear start: an offloaded step streams nothing at the CPU's speeds (its weights are copied)
+    from validate.peer_calibration import rate_bytes
+    assert sum(rate_bytes(LLAMA6, run.plan, m, spec, 32).values()) == 0
+    assert sum(rate_bytes(LLAMA6, run.plan, m, spec, 1).values()) == sum(u.nbytes for u in LLAMA6.units
+                                                                        if u.kind != "embedding")
 
 
 def test_llamacpp_report_reads_a_head_override():
@@ -566,21 +571,17 @@ def test_llamacpp_report_reads_a_head_override():
     puts the head on the GPU (regex_search, as llama.cpp matches); a rule for the blocks, or the head to the CPU,
     does not."""
     from benchmarks.llamacpp_report import head_on_gpu, head_override
+    from hwmodels.presets import load_machine
     assert head_override(["-ngl", "0", "-kvu", "-ot", r"^output\.weight=CUDA0"])
     assert not head_override(["-ngl", "0", "-ot", r"^output\.weight$=CPU"])
     assert not head_override(["-ngl", "0", "-ot", r"^blk\.0\.=CUDA0"])
     assert not head_override(["-ngl", "0", "-kvu"])
-    m = load_machine_h200()
+    m = load_machine("h200-testbox")
     w = Workload(batch=32, prompt_tokens=16, new_tokens=2)
     plan = head_on_gpu(llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), 0), LLAMA6)
     t = plan.tiers()
     assert [(t[u.name].tier, t[u.name].compute) for u in LLAMA6.units if u.kind == "lm_head"] == [("vram", "gpu")]
     assert all(t[u.name].compute == "cpu" for u in LLAMA6.units if u.kind != "lm_head")
-
-
-def load_machine_h200():
-    from hwmodels.presets import load_machine
-    return load_machine("h200-testbox")
 
 
 def test_llamacpp_report_host_copy_is_the_median_of_each_timing():

@@ -81,13 +81,17 @@ OPTIONAL_RATES = ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s")  # absent: cp
 MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s", "gpu_offload_split_s")
 
 
-def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec) -> dict[str, float]:
-    """Bytes per token the plan's CPU units stream at each of the peer's CPU speeds (sim.schedule's choice: memory,
-    the last-level cache, the head's own); the embedding looks rows up and streams none."""
+def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec,
+               batch: int = 1) -> dict[str, float]:
+    """Bytes per decode step of `batch` sequences the plan's CPU units stream at each of the peer's CPU speeds
+    (sim.schedule's choice: memory, the last-level cache, the head's own); none on a step that ggml offloads (the
+    weights are copied to the GPU instead); the embedding looks rows up and streams none."""
     probe = spec.model_copy(update=PROBE)
     speed = {v: k for k, v in PROBE.items()}
     t = plan.tiers()
     out = dict.fromkeys(PROBE, 0.0)
+    if plan.gpu_offload_min_tokens is not None and batch >= plan.gpu_offload_min_tokens:
+        return out
     for u in model.units:
         if t[u.name].compute == "cpu" and u.kind != "embedding":
             kind = "lm_head" if u.kind == "lm_head" else "decoder"
@@ -115,7 +119,7 @@ def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSp
     speed when no run computes the head on the CPU from memory after CPU layers (nothing would measure it: it stays
     absent, and the memory speed holds for every plan), and the costs of several sequences decoded together when no
     run decodes several (MEASURED_BY_SOME: they keep their defaults)."""
-    seen = {p for model, m, r in runs for p, b in rate_bytes(model, r.plan, m, spec).items() if b > 0}
+    seen = {p for model, m, r in runs for p, b in rate_bytes(model, r.plan, m, spec, r.workload.batch).items() if b > 0}
     paid = {p for model, m, r in runs for p, n in zip(MEASURED_BY_SOME, features(model, r, MEASURED_BY_SOME)) if n}
     return tuple(p for p in params if (p not in OPTIONAL_RATES or p in seen)
                  and (p not in MEASURED_BY_SOME or p in paid))
@@ -137,7 +141,7 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     base = spec0.model_copy(update={**start, **dict.fromkeys(rates, 1e30), **unmeasured,
                                     **dict.fromkeys(set(NONLINEAR) & set(params))})  # the roofline meanwhile
     per_token = [(model, m, r) for model, m, r in runs if np.isfinite(r.measured_tpot_s)]
-    A = np.array([[*features(model, r, costs), *(rate_bytes(model, r.plan, m, spec0)[p] for p in rates)]
+    A = np.array([[*features(model, r, costs), *(rate_bytes(model, r.plan, m, spec0, r.workload.batch)[p] for p in rates)]
                   for model, m, r in per_token])
     b = np.array([r.measured_tpot_s - predict(model, with_peer(m, engine, base), r)["time_per_token_s"]
                   for model, m, r in per_token])
