@@ -39,6 +39,12 @@ ARCHS = {
                                       num_attention_heads=24, num_key_value_heads=8, head_dim=128)),
     "qwen3-8b": ("qwen3-14b", dict(num_hidden_layers=36, hidden_size=4096, intermediate_size=12288,
                                    num_attention_heads=32, num_key_value_heads=8, head_dim=128)),
+    # shapes no fit has seen (call U): Llama-3.1-70B's layer (hidden 8192) and SmolLM-135M's (hidden 576, 9 heads)
+    "llama-70b": ("llama-3.1-8b", dict(num_hidden_layers=80, hidden_size=8192, intermediate_size=28672,
+                                       num_attention_heads=64, num_key_value_heads=8, head_dim=128)),
+    "smollm-135m": ("llama-3.1-8b", dict(num_hidden_layers=30, hidden_size=576, intermediate_size=1536,
+                                         num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                                         vocab_size=49152)),
 }
 T0 = time.perf_counter()
 
