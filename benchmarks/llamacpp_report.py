@@ -10,9 +10,11 @@ and for several tokens a step, its per-weight split of ggml's offload of CPU-hel
 its per-token step, its prefill kernels against the GPU grid;
 validate/peer_calibration.py) are fitted on the architectures named by --fit (default: the first of the first
 file): generation at the smallest -ngl, the middle one, the largest and the one below it, the 128-token prompt at
-the largest, and several sequences at the smallest and the largest batched -ngl. Every other record is held out.
+the largest, several sequences at the smallest and the largest batched -ngl, and one sequence at the largest
+(llama-batched-bench times the decode steps that warm its CUDA graph up: gpu_graph_warmup_op_s). Every other record
+is held out.
 Each setting's time is the median of its repetitions (pooled over rounds).
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s}.json \
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
      --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b [--json OUT]
@@ -49,7 +51,9 @@ def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None
     b = budgets(machine)
     plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"])
     t = statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9  # robust to a slow first repetition
-    return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t)
+    # its warm-up run and the repetition before left the decode graph captured (the median repetition replays it)
+    return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t,
+                   graphs_warm=True)
 
 
 def pooled(recs: list[dict]) -> list[dict]:
@@ -152,14 +156,15 @@ def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
     fits it, the GPU's decode kernels), and the first prompt test at the largest (its prefill kernels against the
     GPU grid). Of the batched runs (`ngls`: theirs), several sequences at the smallest and the largest -ngl (the
     CPU's and the GPU's kernels on a step of several tokens, and from 32 sequences on ggml's offload of CPU-held
-    weights) as the engine model prices them (one shared KV cache)."""
+    weights) as the engine model prices them (one shared KV cache), and one sequence at the largest (its first decode
+    steps warm the CUDA graph up, the rest replay it: the warm-up's cost per operator against the steady step)."""
     if kind not in ("ngl", "batched"):
         return False
     ranked = sorted(set(ngls))
     if kind == "batched":
         ngl, b = rec["n_gpu_layers"], rec["batch"]
-        return (b > 1 and rec.get("extra", "") in ("", "-kvu") and not rec.get("kv_per_sequence")
-                and ngl in (ranked[0], ranked[-1]))
+        plain = rec.get("extra", "") in ("", "-kvu") and not rec.get("kv_per_sequence")
+        return plain and (b > 1 and ngl in (ranked[0], ranked[-1]) or b == 1 and ngl == ranked[-1])
     middle = min(ranked, key=lambda n: abs(n - ranked[-1] / 2))
     if kind != "ngl" or rec["n_gpu_layers"] not in {ranked[0], middle, *ranked[-2:]}:
         return False

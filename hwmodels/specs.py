@@ -181,6 +181,12 @@ class PeerSpec(Spec):
                                                   "each a split of ggml's scheduler of its own (synchronise, copy, "
                                                   "launch); the unit's attention stays on the CPU with its KV cache "
                                                   "(at cpu_flops_per_s).")
+    gpu_graph_warmup_op_s: NonNegativeFloat = Field(default=0.0, description="With gpu_dispatch 'graph': per "
+                                                    "operator of a GPU-computed unit (sim.shapes.GGML_OPS), on each "
+                                                    "decode step that warms a graph up (sim.schedule."
+                                                    "graph_warmup_steps): llama.cpp's CUDA backend runs a graph whose "
+                                                    "shapes changed eagerly once, captures it on the next step and "
+                                                    "replays it from then on (ggml-cuda.cu, warmup_complete).")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch); with "
                                              "gpu_op_s, for the larger steps only (prefill).")

@@ -18,7 +18,7 @@ from sim.memory import MemoryUse, check_plan
 from sim.pagecache import PageCache
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
-from sim.shapes import ModelShape, ggml_weights, param_modules
+from sim.shapes import GGML_KV_PAD, ModelShape, ggml_ops, ggml_weights, param_modules
 
 GPU_LOAD, CPU_READ = 1, 2
 MMAP_HIT_BYTES_PER_S = 1e15  # a mapped page-cache hit where the host's map speed is not measured: no cost of its own
@@ -107,10 +107,16 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     split_s = peer.gpu_offload_split_s if peer is not None else 0.0
     attn_flops = (cpu_flops or machine.cpu.flops_per_s) if peer is not None else 0.0
 
-    def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
+    # llama.cpp's CUDA graphs: a step that warms one up launches its GPU units' operators one by one
+    warmup_op_s = peer.gpu_graph_warmup_op_s if peer is not None and dispatch == "graph" else 0.0
+    warmup = set(graph_warmup_steps(w)) if warmup_op_s > 0 else set()
+
+    def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0) -> float:
         if offloaded[ui] and not cpu:  # ggml_weights splits of its own, the attention over the shared cache's cells
             return _compute_time(ui, cpu, batch, new, ctx) + split_s * ggml_weights(units[ui].kind, model.family) \
                 + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops
+        if s in warmup and not cpu and t[units[ui].name].compute == "gpu":
+            return _compute_time(ui, cpu, batch, new, ctx) + warmup_op_s * ggml_ops(units[ui].kind, model.family)
         return _compute_time(ui, cpu, batch, new, ctx)
 
     def _compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
@@ -206,6 +212,25 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
 
+GRAPH_WARMUP_STEPS = 2  # llama.cpp's CUDA backend: a graph whose shapes changed runs eagerly, then is captured
+
+
+def graph_warmup_steps(w: Workload) -> list[int]:
+    """The decode steps on which llama.cpp's CUDA backend warms a graph up (GRAPH_WARMUP_STEPS each): from the first
+    after the prompt (its graph had other shapes) and from each step at which the cells of the KV cache the sequences
+    share, rounded up to GGML_KV_PAD, grow (the attention's views change shape). A run that follows an identical one
+    (llama-bench's repetitions) finds its graph captured: the caller leaves the cost out."""
+    out: set[int] = set()
+    cells = None
+    for s in range(1, w.new_tokens):
+        new, ctx = _step_shape(w, False, s)
+        now = -(-w.batch * (ctx + new) // GGML_KV_PAD)
+        if now != cells:
+            out.update(range(s, min(s + GRAPH_WARMUP_STEPS, w.new_tokens)))
+        cells = now
+    return sorted(out)
+
+
 def _step_shape(w: Workload, static_cache: bool, s: int) -> tuple[int, int]:
     """(new tokens, context) of step s. offloadsim's engine attends over its whole static cache (prompt + new tokens,
     masked) at every decode step, so one captured graph serves them all; the peers over what is written so far."""
@@ -247,7 +272,7 @@ def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, 
             if block < 0:
                 if units[ui].kind in ("attention", "decoder"):
                     router_item[units[ui].block] = len(sch.unit)
-                add(ui, s, rs[ui], compute_time(ui, rs[ui][0], w.batch, new, ctx), -1)
+                add(ui, s, rs[ui], compute_time(ui, rs[ui][0], w.batch, new, ctx, s), -1)
                 continue
             counts = router.draw(block, tokens)
             for e in np.flatnonzero(counts).tolist():
@@ -293,7 +318,8 @@ def _dense_steps(sch: Schedule, rows: dict, row, compute_time, n_units: int, w: 
         if offload not in arrays:
             arrays[offload] = [np.array(c) for c in zip(*rows[offload])]
         a = arrays[offload]
-        comp = np.array([compute_time(ui, bool(a[0][ui]), w.batch, new, ctx) for ui in range(n_units)], dtype=float)
+        comp = np.array([compute_time(ui, bool(a[0][ui]), w.batch, new, ctx, s) for ui in range(n_units)],
+                        dtype=float)
         for name, col in zip(ROW_NAMES, a):
             cols[name].append(col)
         cols["compute_s"].append(comp)

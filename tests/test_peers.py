@@ -271,10 +271,11 @@ def _llamacpp_of(model, toy_machine, tiers, spec):
 def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
     """llama.cpp's decode: a CPU unit streams its bytes at cpu_bytes_per_s (2 B/s) plus cpu_op_s (0.01 s) per
     operator of its graph (a decoder: 22), a GPU unit its bytes at the GPU's 10 B/s plus gpu_op_s (0.02 s) per
-    operator, and a GPU run pays step_s (0.3 s) per token. Units of 4, 8, 2 bytes (66 operators) and one of 16 bytes
-    (22): all-CPU tokens of 14 / 2 + 0.66 = 7.66 s and 8 + 0.22 = 8.22 s, all-GPU tokens of 1.4 + 1.32 + 0.3 = 3.02 s
-    and 1.6 + 0.44 + 0.3 = 2.34 s; a 16-token prefill (past MMV_MAX_TOKENS) takes the flat 0.5 s grid x 0.7 per
-    unit + 0.3 = 1.35 s. The fit on those five runs gives the five values back."""
+    operator, and a GPU run pays step_s (0.3 s) per token (llama-bench's runs: their graphs warm). Units of 4, 8, 2
+    bytes (66 operators) and one of 16 bytes (22): all-CPU tokens of 14 / 2 + 0.66 = 7.66 s and 8 + 0.22 = 8.22 s,
+    all-GPU tokens of 1.4 + 1.32 + 0.3 = 3.02 s and 1.6 + 0.44 + 0.3 = 2.34 s; a 16-token prefill (past
+    MMV_MAX_TOKENS) takes the flat 0.5 s grid x 0.7 per unit + 0.3 = 1.35 s. The fit on those five runs gives the
+    five values back."""
     truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, gpu_op_s=0.02, gpu_compute_scale=0.7)
     runs, got_times = [], []
     prefill = Workload(batch=1, prompt_tokens=16, new_tokens=1)
@@ -290,7 +291,7 @@ def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
             gen = w is W
             got_times.append(s["time_per_token_s"] if gen else s["ttft_s"])
             runs.append((model, machine, PeerRun("x", plan, w, BIG, s["time_per_token_s"] if gen else float("nan"),
-                                                 float("nan") if gen else s["ttft_s"])))
+                                                 float("nan") if gen else s["ttft_s"], graphs_warm=True)))
     assert got_times == [pytest.approx(t) for t in (7.66, 3.02, 1.35, 8.22, 2.34)]
     got = fit("llamacpp", runs, "test")
     for field in ("step_s", "cpu_bytes_per_s", "cpu_op_s", "gpu_op_s", "gpu_compute_scale"):
@@ -592,3 +593,51 @@ def test_llamacpp_report_host_copy_is_the_median_of_each_timing():
                 "host_after": {"copy_bytes_per_s": [4e9, 14.04e9, 15e9]}},),
               ({"file": "t.json"},), ({"file": "u.json", "host_after": {"copy_bytes_per_s": [1e9, 2e9, 3e9]}},)]
     assert host_copy(loaded) == {"t.json": [18.5, 14.0], "u.json": [2.0]}
+
+
+def test_graph_warmup_steps_hand_worked():
+    """llama.cpp's CUDA backend warms a graph up over two steps whenever its shapes change: the first two decode
+    steps after the prompt, and two more from the step at which the shared cache's cells, rounded up to 256, grow.
+    48 sequences of 16 prompt tokens: step s holds 48 x (16 + s) cells, 816 (4 x 256) at s = 1 and 1056 (5 x 256)
+    from s = 6 on; a 250-token prompt crosses 256 at s = 7 (257 cells); a request with one decode step has one."""
+    from sim.schedule import graph_warmup_steps
+    assert graph_warmup_steps(Workload(batch=1, prompt_tokens=1, new_tokens=17)) == [1, 2]
+    assert graph_warmup_steps(Workload(batch=48, prompt_tokens=16, new_tokens=9)) == [1, 2, 6, 7]
+    assert graph_warmup_steps(Workload(batch=1, prompt_tokens=250, new_tokens=12)) == [1, 2, 7, 8]
+    assert graph_warmup_steps(Workload(batch=1, prompt_tokens=8, new_tokens=2)) == [1]
+    assert graph_warmup_steps(Workload(batch=1, prompt_tokens=8, new_tokens=1)) == []
+
+
+def test_llamacpp_gpu_units_pay_the_graph_warmup_on_those_steps_only():
+    """With gpu_graph_warmup_op_s, a unit llama.cpp computes on the GPU pays it per ggml operator on the warm-up
+    steps (1 and 2 of a short request) and never after; a CPU-computed unit never. A run that follows an identical
+    one (graphs_warm: llama-bench's repetitions) pays nothing, in the prediction and in the fit's count; another
+    pays 2 steps x the GPU's operators over its decode steps, per token."""
+    import numpy as np
+    from hwmodels.presets import load_machine
+    from sim.shapes import ggml_ops
+    from validate.peer_calibration import features, predict
+    m = load_machine("h200-testbox")
+    spec = m.peers["llamacpp"]
+    w = Workload(batch=1, prompt_tokens=4, new_tokens=6)
+    plan = llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), 3)  # three decoders and the embedding on the CPU
+
+    def compute(cost: float) -> np.ndarray:
+        mm = with_peer(m, "llamacpp", spec.model_copy(update={"gpu_graph_warmup_op_s": cost}))
+        return np.asarray(build_schedule(LLAMA6, mm, plan, w, Budgets.of(mm)).compute_s)
+    extra = (compute(1e-3) - compute(0.0)).reshape(w.new_tokens, len(LLAMA6.units))
+    t = plan.tiers()
+    want = np.array([1e-3 * ggml_ops(u.kind, LLAMA6.family) if t[u.name].compute == "gpu" else 0.0
+                     for u in LLAMA6.units])
+    assert want.sum() > 0 and (want == 0).sum() >= 4
+    for s in range(w.new_tokens):
+        assert extra[s] == pytest.approx(want if s in (1, 2) else 0 * want)
+    mm = with_peer(m, "llamacpp", spec.model_copy(update={"gpu_graph_warmup_op_s": 1e-3}))
+    cold = PeerRun("cold", plan, w, Budgets.of(m), 1.0, float("nan"))
+    warm = PeerRun("warm", plan, w, Budgets.of(m), 1.0, float("nan"), graphs_warm=True)
+    base = predict(LLAMA6, with_peer(m, "llamacpp", spec.model_copy(update={"gpu_graph_warmup_op_s": 0.0})), cold)
+    assert predict(LLAMA6, mm, warm)["time_per_token_s"] == pytest.approx(base["time_per_token_s"])
+    assert predict(LLAMA6, mm, cold)["time_per_token_s"] > base["time_per_token_s"]
+    gpu_ops = sum(ggml_ops(u.kind, LLAMA6.family) for u in LLAMA6.units if t[u.name].compute == "gpu")
+    assert features(LLAMA6, cold, ("gpu_graph_warmup_op_s",)).tolist() == [pytest.approx(2 * gpu_ops / 5)]
+    assert features(LLAMA6, warm, ("gpu_graph_warmup_op_s",)).tolist() == [0.0]

@@ -16,13 +16,13 @@ from scipy.optimize import least_squares, nnls
 from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.compute import matrix_rows
-from sim.schedule import cpu_stream_bytes_per_s
+from sim.schedule import cpu_stream_bytes_per_s, graph_warmup_steps
 from sim.shapes import ModelShape, ggml_ops, ggml_weights, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
                        "gpu_op_s", "gpu_row_s", "gpu_compute_scale", "gpu_multi_row_s", "gpu_row_token_s",
-                       "cpu_flops_per_s", "gpu_offload_split_s")}
+                       "cpu_flops_per_s", "gpu_offload_split_s", "gpu_graph_warmup_op_s")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s",
          "cpu_head_bytes_per_s": "memory_bytes_per_s", "cpu_flops_per_s": "flops_per_s"}  # started there
@@ -37,6 +37,7 @@ class PeerRun:
     budgets: Budgets
     measured_tpot_s: float
     measured_ttft_s: float
+    graphs_warm: bool = False  # an identical run just before left the engine's graphs captured (llama-bench's reps)
 
 
 def with_peer(machine: MachineSpec, engine: str, spec: PeerSpec) -> MachineSpec:
@@ -45,6 +46,9 @@ def with_peer(machine: MachineSpec, engine: str, spec: PeerSpec) -> MachineSpec:
 
 def predict(model: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
     from sim.simulate import fast_simulate
+    peer = machine.peers.get(run.plan.engine)
+    if run.graphs_warm and peer is not None and peer.gpu_graph_warmup_op_s:
+        machine = with_peer(machine, run.plan.engine, peer.model_copy(update={"gpu_graph_warmup_op_s": 0.0}))
     return fast_simulate(model, machine, run.plan, run.workload, run.budgets)
 
 
@@ -65,7 +69,9 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
              "gpu_row_s": 0.0 if multi else rows, "gpu_multi_row_s": rows if multi else 0.0,
              "gpu_row_token_s": rows * tokens if multi else 0.0,
              "cpu_flops_per_s": float(tokens > 1 and ops["cpu"] > 0),  # whether the run measures it (identifiable)
-             "gpu_offload_split_s": float(splits)}
+             "gpu_offload_split_s": float(splits),
+             "gpu_graph_warmup_op_s": 0.0 if run.graphs_warm else ops["gpu"] * len(graph_warmup_steps(run.workload))
+             / max(run.workload.new_tokens - 1, 1)}
     return np.array([count[p] for p in params])
 
 
@@ -78,7 +84,8 @@ def measured(run: PeerRun) -> tuple[str, float]:
 PROBE = {"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0, "cpu_head_bytes_per_s": 3.0}
 OPTIONAL_RATES = ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s")  # absent: cpu_bytes_per_s holds instead
 # what only some runs measure (several sequences decoded together): left absent (their default) when no run does
-MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s", "gpu_offload_split_s")
+MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s", "gpu_offload_split_s",
+                    "gpu_graph_warmup_op_s")
 
 
 def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec,
