@@ -110,14 +110,13 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     # llama.cpp's CUDA graphs: a step that warms one up launches its GPU units' operators one by one
     warmup_op_s = peer.gpu_graph_warmup_op_s if peer is not None and dispatch == "graph" else 0.0
     warmup = set(graph_warmup_steps(w)) if warmup_op_s > 0 else set()
+    warmup_s = [warmup_op_s * ggml_ops(u.kind, model.family) if t[u.name].compute == "gpu" else 0.0 for u in units]
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0) -> float:
         if offloaded[ui] and not cpu:  # ggml_weights splits of its own, the attention over the shared cache's cells
             return _compute_time(ui, cpu, batch, new, ctx) + split_s * ggml_weights(units[ui].kind, model.family) \
                 + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops
-        if s in warmup and not cpu and t[units[ui].name].compute == "gpu":
-            return _compute_time(ui, cpu, batch, new, ctx) + warmup_op_s * ggml_ops(units[ui].kind, model.family)
-        return _compute_time(ui, cpu, batch, new, ctx)
+        return _compute_time(ui, cpu, batch, new, ctx) + (warmup_s[ui] if s in warmup else 0.0)
 
     def _compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
@@ -281,7 +280,7 @@ def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, 
                 if streamed_expert[ei]:
                     hit = plan.expert_predictor_hit_rate is not None and rng.random() < plan.expert_predictor_hit_rate
                     gate = router_item.get(block - 1, -1) if hit else router_item[block]
-                add(ei, s, rs[ei], compute_time(ei, rs[ei][0], int(counts[e]), 1, 0), gate)
+                add(ei, s, rs[ei], compute_time(ei, rs[ei][0], int(counts[e]), 1, 0, s), gate)
 
 
 _CACHES: "OrderedDict[tuple, tuple]" = OrderedDict()
