@@ -45,6 +45,13 @@ ARCHS = {
     "smollm-135m": ("llama-3.1-8b", dict(num_hidden_layers=30, hidden_size=576, intermediate_size=1536,
                                          num_attention_heads=9, num_key_value_heads=3, head_dim=64,
                                          vocab_size=49152)),
+    # call V: a width between the fitted ones and call U's (hidden 5120): Qwen3-32B's layer (64 heads over 8 KV
+    # heads, a 25600-wide MLP; head_dim hidden / heads = 80, as make_config derives it) and a Llama layer like
+    # Mistral-NeMo-12B's (a 14336-wide MLP, a 131072-token vocabulary; 40 heads of 128 over 10 KV heads)
+    "qwen3-32b": ("qwen3-14b", dict(num_hidden_layers=64, hidden_size=5120, intermediate_size=25600,
+                                    num_attention_heads=64, num_key_value_heads=8)),
+    "llama-12b": ("llama-3.1-8b", dict(num_hidden_layers=40, hidden_size=5120, intermediate_size=14336,
+                                       num_attention_heads=40, num_key_value_heads=10, vocab_size=131072)),
 }
 T0 = time.perf_counter()
 
