@@ -52,6 +52,16 @@ ARCHS = {
                                     num_attention_heads=64, num_key_value_heads=8)),
     "llama-12b": ("llama-3.1-8b", dict(num_hidden_layers=40, hidden_size=5120, intermediate_size=14336,
                                        num_attention_heads=40, num_key_value_heads=10, vocab_size=131072)),
+    # call W, a probe of llama.cpp's attention for many sequences all on the GPU (40 heads over 10 KV heads and 9 over
+    # 3 ran 3-4x slower than 8 KV heads did, calls U and V): head layouts apart, Llama layers with head_dim 128
+    "fa-20-10": ("llama-3.1-8b", dict(num_hidden_layers=8, hidden_size=2560, intermediate_size=6912,
+                                      num_attention_heads=20, num_key_value_heads=10, vocab_size=32000)),
+    "fa-20-4": ("llama-3.1-8b", dict(num_hidden_layers=8, hidden_size=2560, intermediate_size=6912,
+                                     num_attention_heads=20, num_key_value_heads=4, vocab_size=32000)),
+    "fa-24-8": ("llama-3.1-8b", dict(num_hidden_layers=8, hidden_size=3072, intermediate_size=8192,
+                                     num_attention_heads=24, num_key_value_heads=8, vocab_size=32000)),
+    "fa-16-16": ("llama-3.1-8b", dict(num_hidden_layers=8, hidden_size=2048, intermediate_size=5632,
+                                      num_attention_heads=16, num_key_value_heads=16, vocab_size=32000)),
 }
 T0 = time.perf_counter()
 
