@@ -14,7 +14,7 @@ the largest, several sequences at the smallest and the largest batched -ngl, and
 (llama-batched-bench times the decode steps that warm its CUDA graph up: gpu_graph_warmup_op_s). Every other record
 is held out.
 Each setting's time is the median of its repetitions (pooled over rounds).
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v}.json \
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
      --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b [--json OUT]
