@@ -269,8 +269,8 @@ def main() -> None:
     ap.add_argument("--probe-hf", action="store_true", help="only the per-token overhead probe of transformers")
     ap.add_argument("--accelerate", choices=sorted(RUNSETS), default="base", help="which Accelerate runs")
     ap.add_argument("--no-airllm", action="store_true", help="skip AirLLM")
-    ap.add_argument("--export-shares", type=shares, default=(0.3,), help="GPU budgets of the exported plans, as shares of the "
-                    "weights")
+    ap.add_argument("--export-shares", type=shares, default=(0.3,),
+                    help="GPU budgets of the exported plans, as shares of the weights")
     a = ap.parse_args()
     if a.probe_hf:
         return probe_hf_step(Path(a.out))

@@ -136,8 +136,8 @@ def main() -> None:
         "median_abs_error_pct": statistics.median(map(abs, exp)) if exp else None,
         "worst_abs_error_pct": max(map(abs, exp)) if exp else None}
     for k, v in summary.items():
-        print(f"{k}: held-out runs {v['runs']}, median |error| {v['median_abs_error_pct']}, worst {v['worst_abs_error_pct']}"
-              + (f", within 15%: {v['within_15pct']}" if "within_15pct" in v else ""))
+        print(f"{k}: held-out runs {v['runs']}, median |error| {v['median_abs_error_pct']}, "
+              f"worst {v['worst_abs_error_pct']}" + (f", within 15%: {v['within_15pct']}" if "within_15pct" in v else ""))
     if a.json:
         Path(a.json).write_text(json.dumps({"fitted": {k: v.model_dump() for k, v in specs.items()}, "held_out": summary,
                                             "rows": rows}, indent=1))

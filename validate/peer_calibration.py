@@ -148,7 +148,8 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     base = spec0.model_copy(update={**start, **dict.fromkeys(rates, 1e30), **unmeasured,
                                     **dict.fromkeys(set(NONLINEAR) & set(params))})  # the roofline meanwhile
     per_token = [(model, m, r) for model, m, r in runs if np.isfinite(r.measured_tpot_s)]
-    A = np.array([[*features(model, r, costs), *(rate_bytes(model, r.plan, m, spec0, r.workload.batch)[p] for p in rates)]
+    A = np.array([[*features(model, r, costs),
+                   *(rate_bytes(model, r.plan, m, spec0, r.workload.batch)[p] for p in rates)]
                   for model, m, r in per_token])
     b = np.array([r.measured_tpot_s - predict(model, with_peer(m, engine, base), r)["time_per_token_s"]
                   for model, m, r in per_token])
