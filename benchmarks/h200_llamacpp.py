@@ -245,13 +245,14 @@ def copy_probe(path: Path, sizes_mb: tuple[int, ...] = (8, 32, 128, 512), shots:
 
 
 def sched_debug(binary: str, model: Path, args: list[str], batch: int, prompt: int) -> dict:
-    """ggml's scheduler, as it splits one graph of B sequences between the devices (GGML_SCHED_DEBUG=1): each
-    split's device and the inputs it copies in, as llama-batched-bench logs them (-v), first graphs kept."""
+    """ggml's scheduler, as it splits one graph of B sequences between the devices (GGML_SCHED_DEBUG=2): each
+    split's device and the inputs it copies in, and the device of each attention (FLASH_ATTN_EXT) node, as
+    llama-batched-bench logs them (-v), first graphs kept."""
     exe = str(Path(binary).with_name("llama-batched-bench"))
     cmd = [exe, "-m", str(model), *args, "-c", str(batch * (prompt + 4) + 256), "-npp", str(prompt), "-ntg", "2",
            "-npl", str(batch), "-t", str(os.cpu_count()), "-v"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, GGML_SCHED_DEBUG="1"))
-    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "SPLIT" in ln]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, GGML_SCHED_DEBUG="2"))
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "SPLIT" in ln or "FLASH_ATTN" in ln]
     log("sched debug", " ".join(args), f"B{batch}", f"{len(lines)} split lines")
     return {"args": args, "batch": batch, "rc": r.returncode, "split_lines": lines[:600], "n_split_lines": len(lines)}
 
@@ -419,7 +420,8 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
         entry["copy_probe"] = copy_probe(gguf_path)
     for extra in a.sched_debug:
         try:
-            entry.setdefault("sched_debug", []).append(sched_debug(binary, gguf_path, ["-ngl", "0", *extra],
+            ngl = [] if "-ngl" in extra else ["-ngl", "0"]  # -ngl 0 unless the arguments name one
+            entry.setdefault("sched_debug", []).append(sched_debug(binary, gguf_path, [*ngl, *extra],
                                                                    max(batches or [32]), a.batch_prompt))
         except Exception as exc:
             entry.setdefault("sched_debug", []).append({"args": extra, "error": f"{type(exc).__name__}: {exc}"})
@@ -468,8 +470,8 @@ def main() -> None:
     ap.add_argument("--copy-probe", action="store_true", help="also time the link's pageable copies by size, from "
                     "the mapped GGUF and from anonymous memory")
     ap.add_argument("--sched-debug", type=arg_list, action="append", default=[],
-                    help="also log ggml's splits of one -ngl 0 graph of the largest batch with these arguments "
-                         "(repeatable), e.g. --sched-debug=-kvu")
+                    help="also log ggml's splits of one graph of the largest batch with these arguments (-ngl 0 "
+                         "unless they name one; repeatable), e.g. --sched-debug=-kvu")
     ap.add_argument("--export-batch", type=int, default=4, help="sequences of the --export-batch-shares plans")
     ap.add_argument("--export-batch-shares", type=fractions, default=(), help="GPU budgets of plans exported for "
                     "--export-batch sequences (timed by llama-batched-bench), as shares of the weights")
