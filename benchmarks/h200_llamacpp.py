@@ -44,10 +44,10 @@ HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_
               "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
 
 
-def build(tarball: Path, root: Path, timeout_s: float, cuda: bool = True) -> dict:
-    """llama-bench (with CUDA unless told otherwise); resumes a build left by an earlier call. Returns what
-    happened."""
-    src, bdir = root / "llama.cpp", root / "build"
+def build(tarball: Path, root: Path, timeout_s: float, cuda: bool = True, fa: bool = False) -> dict:
+    """llama-bench (with CUDA unless told otherwise; `fa`: with its flash-attention kernels, as a default build has
+    them, in a build folder of its own); resumes a build left by an earlier call. Returns what happened."""
+    src, bdir = root / "llama.cpp", root / ("build-fa" if fa else "build")
     binary = bdir / "bin" / "llama-bench"
     if all((bdir / "bin" / t).exists() for t in TARGETS):
         return {"ok": True, "binary": str(binary), "build_s": 0.0, "resumed": "already built"}
@@ -58,6 +58,7 @@ def build(tarball: Path, root: Path, timeout_s: float, cuda: bool = True) -> dic
             tf.extractall(root, filter="data")
     log("llama.cpp", "configure")
     flags = CMAKE_FLAGS if cuda else [f for f in CMAKE_FLAGS if "CUDA" not in f]
+    flags = [f.replace("-DGGML_CUDA_FA=OFF", "-DGGML_CUDA_FA=ON") if fa else f for f in flags]
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     cfg = subprocess.run(["cmake", "-S", str(src), "-B", str(bdir), *gen, *flags], capture_output=True, text=True)
     if cfg.returncode:
@@ -478,6 +479,9 @@ def main() -> None:
     ap.add_argument("--no-calibrate", action="store_true", help="skip offloadsim's calibrate (generation only: the "
                     "engine model prices decode from the preset's bandwidth)")
     ap.add_argument("--no-cuda", action="store_true", help="a CPU build: a smoke test on a machine without a GPU")
+    ap.add_argument("--fa", action="store_true", help="build with ggml-cuda's flash-attention kernels (llama.cpp's "
+                    "default; without them, to build in ~200 s, -fa auto falls back to matrix-multiply attention on "
+                    "the GPU)")
     ap.add_argument("--build-timeout-s", type=float, default=450)
     ap.add_argument("--budget-s", type=float, default=520, help="start no llama-bench run after this many seconds")
     a = ap.parse_args()
@@ -491,7 +495,7 @@ def main() -> None:
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(result, indent=1, default=float))
         tmp.replace(out)
-    result["build"] = build(Path(a.tarball), Path(a.root), a.build_timeout_s, not a.no_cuda)
+    result["build"] = build(Path(a.tarball), Path(a.root), a.build_timeout_s, not a.no_cuda, a.fa)
     save()
     if not result["build"]["ok"]:
         log("llama.cpp not built:", result["build"].get("stage"), result["build"].get("log", "")[-800:])
