@@ -14,7 +14,9 @@ the largest, several sequences at the smallest and the largest batched -ngl, and
 (llama-batched-bench times the decode steps that warm its CUDA graph up: gpu_graph_warmup_op_s). Every other record
 is held out.
 Each setting's time is the median of its repetitions (pooled over rounds).
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w}.json \
+Calls Y and Z ran llama.cpp's default build, with ggml-cuda's flash-attention kernels (flash_attention_build): they
+are held out apart, priced by the engine model fitted on the calls without them.
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
      --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b [--json OUT]
@@ -171,10 +173,21 @@ def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
     return rec["n_gen"] > 0 or rec["n_gpu_layers"] == ranked[-1] and rec["n_prompt"] == FIT_PROMPT
 
 
+def flash_attention_build(build: dict) -> bool:
+    """Whether the call's llama.cpp had ggml-cuda's flash-attention kernels (llama.cpp's default; h200_llamacpp.py
+    --fa, from call Y): configured with GGML_CUDA_FA=ON, or, where the call resumed a build, run from the folder
+    that --fa builds in. Without them (calls A-X) llama.cpp's `-fa auto` finds the attention of a GPU layer placed on
+    the CPU and turns flash attention off: the GPU then multiplies Q by K and the scores by V, one stream of the KV
+    cache after another (GGML_SCHED_DEBUG, call X)."""
+    return "-DGGML_CUDA_FA=ON" in (build.get("cmake_flags") or []) or "/build-fa/" in build.get("binary", "")
+
+
 def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
     out = []
     for f in files:
-        for e in json.loads(Path(f).read_text())["archs"]:
+        doc = json.loads(Path(f).read_text())
+        fa = flash_attention_build(doc.get("build") or {})
+        for e in doc["archs"]:
             if "error" in e or "gguf_shape" not in e:
                 continue
             shape = ModelShape.model_validate(e["gguf_shape"])
@@ -182,7 +195,7 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
             # every call ran on the same host; profiles written before the cache size was recorded lack it
             data["cpu"] = {**data["cpu"], "llc_bytes": data["cpu"].get("llc_bytes") or HOST.cpu.llc_bytes}
             machine = MachineSpec.model_validate(data)
-            out.append((dict(e, file=Path(f).name), shape, machine, runs_of(e, shape, machine)))
+            out.append((dict(e, file=Path(f).name, fa_build=fa), shape, machine, runs_of(e, shape, machine)))
     return out
 
 
@@ -221,7 +234,8 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
             gen = rec["n_gen"] > 0
             pred, meas = (s["time_per_token_s"], run.measured_tpot_s) if gen else (s["ttft_s"], run.measured_ttft_s)
             test = f"tg{rec['n_gen']}" if gen else f"pp{rec['n_prompt']}"
-            rows.append({"file": e["file"], "arch": e["arch"], "kind": kind, "run": run.label,
+            rows.append({"file": e["file"], "fa_build": e.get("fa_build", False), "arch": e["arch"], "kind": kind,
+                         "run": run.label,
                          "batch": run.workload.batch,
                          "test": f"B{run.workload.batch} {test}" if kind.endswith("batched") else test,
                          "ngl": rec["n_gpu_layers"],
@@ -267,6 +281,10 @@ def host_copy(loaded) -> dict[str, list[float]]:
                 out.setdefault(e["file"], []).append(round(speeds[1] / 1e9, 1))
     return out
 
+
+FA_BUILD = "flash-attention build"  # llama.cpp's default build (flash_attention_build), held out apart
+FA_GROUPS = ("tg", "pp", "tg exported, -ngl form", "batched, B > 1",
+             "batched, a KV cache per sequence on both devices (not priced as run)")
 
 STEADY_PCT = 15  # runs whose repetitions (pooled over rounds) spread less than this: the host held still
 
@@ -359,13 +377,25 @@ def main() -> None:
     print("| arch | run | test | -ngl | CPU units | used to fit | predicted / measured (s) | err | run-to-run sd |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['arch']} | {r['run']} | {r['test']} | {r['ngl']} | {r['cpu_units']} | "
+        build = " (FA build)" if r["fa_build"] else ""
+        print(f"| {r['arch']} | {r['run']}{build} | {r['test']} | {r['ngl']} | {r['cpu_units']} | "
               f"{'yes' if r['calibration'] else ''} | {r['predicted_s']:.4f} / {r['measured_s']:.4f} | "
               f"{r['error_pct']:+.1f}% | {r['stddev_pct']:.1f}% |")
     slow = contended(loaded)
     print("host RAM copy, GB/s median before and after each architecture:", host_copy(loaded))
     print("contended (their calibrate timed the host's CPU slow):", sorted(slow))
-    summary = summarise(rows, {f.split(":", 1)[1] for f in fit_on}, slow)
+    fitted_archs = {f.split(":", 1)[1] for f in fit_on}
+    summary = summarise([r for r in rows if not r["fa_build"]], fitted_archs, slow)
+    fa = [r for r in rows if r["fa_build"]]
+    if fa:  # llama.cpp's default build, priced by the engine model fitted on the calls without flash attention
+        summary.update({f"{FA_BUILD}, {k}": v for k, v in summarise(fa, fitted_archs, slow).items()
+                        if k in FA_GROUPS})
+        summary[f"{FA_BUILD}, tg, every layer on the GPU"] = summarise(
+            [r for r in fa if r["cpu_units"] <= 1], fitted_archs, slow)["tg"]
+    for build, name in ((False, "without flash attention"), (True, FA_BUILD)):  # priced as one shared cache
+        summary[f"a KV cache per sequence, every layer on the GPU, {name}"] = summarise(
+            [dict(r, kv_per_sequence=False) for r in rows if r["fa_build"] == build and r["kv_per_sequence"]
+             and r["cpu_units"] <= 1], fitted_archs, slow).get("batched, B > 1")
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:

@@ -595,6 +595,19 @@ def test_llamacpp_report_host_copy_is_the_median_of_each_timing():
     assert host_copy(loaded) == {"t.json": [18.5, 14.0], "u.json": [2.0]}
 
 
+def test_llamacpp_report_tells_the_flash_attention_build():
+    """A call's build had ggml-cuda's flash-attention kernels when configured with GGML_CUDA_FA=ON, or, resumed,
+    when run from the folder --fa builds in; GGML_CUDA_FA=OFF, a plain resumed build and a record without the build
+    are without them."""
+    from benchmarks.llamacpp_report import flash_attention_build
+    on = {"cmake_flags": ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON"], "binary": "/r/build-fa/bin/llama-bench"}
+    assert flash_attention_build(on)
+    assert flash_attention_build({"binary": "/var/tmp/x/build-fa/bin/llama-bench", "resumed": "already built"})
+    assert not flash_attention_build({"cmake_flags": ["-DGGML_CUDA_FA=OFF"], "binary": "/r/build/bin/llama-bench"})
+    assert not flash_attention_build({"binary": "/var/tmp/x/build/bin/llama-bench", "resumed": "already built"})
+    assert not flash_attention_build({})
+
+
 def test_graph_warmup_steps_hand_worked():
     """llama.cpp's CUDA backend warms a graph up over two steps whenever its shapes change: the first two decode
     steps after the prompt, and two more from the step at which the shared cache's cells, rounded up to 256, grow.
