@@ -14,16 +14,18 @@ the largest, several sequences at the smallest and the largest batched -ngl, and
 (llama-batched-bench times the decode steps that warm its CUDA graph up: gpu_graph_warmup_op_s). Every other record
 is held out.
 Each setting's time is the median of its repetitions (pooled over rounds).
-Calls Y and Z ran llama.cpp's default build, with ggml-cuda's flash-attention kernels (flash_attention_build): they
-are held out apart, priced by the engine model fitted on the calls without them.
+Calls Y and Z ran llama.cpp's default build, with ggml-cuda's flash-attention kernels (flash_attention_build): the
+runs of such a build are priced with PeerSpec.flash_attention (the others pay gpu_mm_attention_s per GPU attention
+on a one-token step), enter the fit with every layer on the GPU only (on_gpu), and are held out apart.
 Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
-     --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b [--json OUT]
+     --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b --fit llamacpp-z.json:llama-1b [--json OUT]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import statistics
@@ -195,7 +197,9 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
             # every call ran on the same host; profiles written before the cache size was recorded lack it
             data["cpu"] = {**data["cpu"], "llc_bytes": data["cpu"].get("llc_bytes") or HOST.cpu.llc_bytes}
             machine = MachineSpec.model_validate(data)
-            out.append((dict(e, file=Path(f).name, fa_build=fa), shape, machine, runs_of(e, shape, machine)))
+            runs = [(kind, rec, dataclasses.replace(run, peer_update={"flash_attention": fa}))
+                    for kind, rec, run in runs_of(e, shape, machine)]  # the build that ran them
+            out.append((dict(e, file=Path(f).name, fa_build=fa), shape, machine, runs))
     return out
 
 
@@ -220,8 +224,23 @@ def ngls_of(runs: list, kind: str) -> list[int]:
     return [r.get("n_gpu_layers") for k, r, _ in runs if k == ("batched" if kind == "batched" else "ngl")]
 
 
+def on_gpu(run: PeerRun, shape: ModelShape) -> bool:
+    """Every layer computed on the GPU: what a flash-attention build changes (its attention), and all that such a
+    file fits (its CPU runs would refit the CPU's costs on one more call's host; call Z's timed it slow, Llama-1B
+    at -ngl 0 34.6 ms a token against 29.8-31.8 in calls E-J)."""
+    t = run.plan.tiers()
+    return all(t[u.name].compute == "gpu" for u in shape.units if u.kind in ("decoder", "attention"))
+
+
 def fitted_on(e: dict, fit_on: list[str]) -> bool:
     return f"{e['file']}:{e['arch']}" in fit_on
+
+
+def in_fit(e: dict, fit_on: list[str], kind: str, rec: dict, run: PeerRun, shape: ModelShape,
+           ngls: list[int]) -> bool:
+    """A run the engine's costs are fitted on: a calibration run of an architecture named by --fit, and of a
+    flash-attention build's only those with every layer on the GPU (on_gpu)."""
+    return fitted_on(e, fit_on) and is_calibration(kind, rec, ngls) and (not e["fa_build"] or on_gpu(run, shape))
 
 
 def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
@@ -240,7 +259,7 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
                          "test": f"B{run.workload.batch} {test}" if kind.endswith("batched") else test,
                          "ngl": rec["n_gpu_layers"],
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
-                         "calibration": fitted_on(e, fit_on) and is_calibration(kind, rec, ngls),
+                         "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls),
                          "kv_per_sequence": rec.get("kv_per_sequence", False),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
@@ -366,8 +385,8 @@ def main() -> None:
     if missing:
         raise SystemExit(f"--fit {sorted(missing)[0]}: no such architecture in the files given; name it as "
                          "FILE:ARCH with the file's base name, e.g. llamacpp-a.json:llama-8b.")
-    cal = [(shape, machine, run) for e, shape, machine, runs in loaded if fitted_on(e, fit_on) for kind, rec, run in
-           runs if is_calibration(kind, rec, ngls_of(runs, kind))]
+    cal = [(shape, machine, run) for e, shape, machine, runs in loaded for kind, rec, run in runs
+           if in_fit(e, fit_on, kind, rec, run, shape, ngls_of(runs, kind))]
     src = (f"[M] measured: fitted on {len(cal)} llama-bench runs of {', '.join(fit_on)} "
            f"({', '.join(r.label for _, _, r in cal)}) on the H200 test machine (benchmarks/h200_llamacpp.py, "
            "llamacpp_report.py)")

@@ -187,6 +187,15 @@ class PeerSpec(Spec):
                                                     "graph_warmup_steps): llama.cpp's CUDA backend runs a graph whose "
                                                     "shapes changed eagerly once, captures it on the next step and "
                                                     "replays it from then on (ggml-cuda.cu, warmup_complete).")
+    flash_attention: bool = Field(default=True, description="The engine's GPU has fused attention kernels "
+                                  "(llama.cpp: ggml-cuda's flash attention, compiled in by default; a build without "
+                                  "them, GGML_CUDA_FA=OFF, turns flash attention off once a layer is on the GPU).")
+    gpu_mm_attention_s: NonNegativeFloat = Field(default=0.0, description="Without flash_attention: per GPU-computed "
+                                                 "attention on a decode step of one token, beyond the fused kernel "
+                                                 "(the scores and their product with V as matrix multiplies, the "
+                                                 "softmax and the copies between: one sequence took 1.26 ms a token "
+                                                 "on a 16-layer Llama-1B all on the GPU with the kernels, 1.52-1.59 "
+                                                 "without, calls E-J against Z).")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch); with "
                                              "gpu_op_s, for the larger steps only (prefill).")

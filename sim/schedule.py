@@ -111,12 +111,16 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     warmup_op_s = peer.gpu_graph_warmup_op_s if peer is not None and dispatch == "graph" else 0.0
     warmup = set(graph_warmup_steps(w)) if warmup_op_s > 0 else set()
     warmup_s = [warmup_op_s * ggml_ops(u.kind, model.family) if t[u.name].compute == "gpu" else 0.0 for u in units]
+    # a build without fused attention kernels: a GPU attention of a one-token step as separate kernels
+    mm_attention = [peer.gpu_mm_attention_s if peer is not None and not peer.flash_attention
+                    and u.kind in ("decoder", "attention") else 0.0 for u in units]
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0) -> float:
         if offloaded[ui] and not cpu:  # ggml_weights splits of its own, the attention over the shared cache's cells
             return _compute_time(ui, cpu, batch, new, ctx) + split_s * ggml_weights(units[ui].kind, model.family) \
                 + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops
-        return _compute_time(ui, cpu, batch, new, ctx) + (warmup_s[ui] if s in warmup else 0.0)
+        return _compute_time(ui, cpu, batch, new, ctx) + (warmup_s[ui] if s in warmup else 0.0) \
+            + (mm_attention[ui] if not cpu and batch * new == 1 else 0.0)
 
     def _compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model

@@ -1,4 +1,6 @@
 """Peer engine models (issue 11): their costs in the schedule, Accelerate's placement, the fit of their costs."""
+import dataclasses
+
 import pytest
 
 from hwmodels.specs import PeerSpec
@@ -654,3 +656,41 @@ def test_llamacpp_gpu_units_pay_the_graph_warmup_on_those_steps_only():
     gpu_ops = sum(ggml_ops(u.kind, LLAMA6.family) for u in LLAMA6.units if t[u.name].compute == "gpu")
     assert features(LLAMA6, cold, ("gpu_graph_warmup_op_s",)).tolist() == [pytest.approx(2 * gpu_ops / 5)]
     assert features(LLAMA6, warm, ("gpu_graph_warmup_op_s",)).tolist() == [0.0]
+
+
+def test_llamacpp_without_flash_attention_pays_its_attention_kernels_on_one_token_steps():
+    """A build without fused attention (flash_attention False) pays gpu_mm_attention_s per GPU-computed decoder on
+    a step of one token: -ngl 3 puts the head and the last 2 of LLAMA6's 6 decoders on the GPU (llama.cpp counts
+    the head as a layer), so 2 x 1 ms on every such step, nothing on a CPU decoder, the head or the embedding;
+    nothing with the kernels (the default), nor on a step of 4 sequences; and the fit counts 2 per token for a run
+    of that build (PeerRun.peer_update), 0 for one with the kernels."""
+    import numpy as np
+    from hwmodels.presets import load_machine
+    from validate.peer_calibration import features, predict
+    m = load_machine("h200-testbox")
+    spec = m.peers["llamacpp"].model_copy(update={"gpu_mm_attention_s": 1e-3})
+    assert spec.flash_attention  # llama.cpp's default build
+
+    def compute(w: Workload, **update) -> np.ndarray:
+        plan = llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), 3)
+        mm = with_peer(m, "llamacpp", spec.model_copy(update=update))
+        return np.asarray(build_schedule(LLAMA6, mm, plan, w, Budgets.of(mm)).compute_s), plan
+
+    one = Workload(batch=1, prompt_tokens=4, new_tokens=3)
+    (fused, plan), (split, _) = compute(one), compute(one, flash_attention=False)
+    extra = (split - fused).reshape(one.new_tokens, len(LLAMA6.units))
+    t = plan.tiers()
+    want = [1e-3 if u.kind == "decoder" and t[u.name].compute == "gpu" else 0.0 for u in LLAMA6.units]
+    assert sum(want) == pytest.approx(2e-3)
+    for s in range(1, one.new_tokens):  # step 0 is the prompt's
+        assert extra[s].tolist() == pytest.approx(want)
+    four = Workload(batch=4, prompt_tokens=4, new_tokens=3)
+    assert compute(four, flash_attention=False)[0] == pytest.approx(compute(four)[0])
+    run = PeerRun("no fa", plan, one, Budgets.of(m), 1.0, float("nan"), peer_update={"flash_attention": False})
+    assert features(LLAMA6, run, ("gpu_mm_attention_s",)).tolist() == [2.0]
+    assert features(LLAMA6, PeerRun("fa", plan, one, Budgets.of(m), 1.0, float("nan")),
+                    ("gpu_mm_attention_s",)).tolist() == [0.0]
+    mm = with_peer(m, "llamacpp", spec)
+    per_token = predict(LLAMA6, mm, run)["time_per_token_s"] - predict(LLAMA6, mm, dataclasses.replace(
+        run, peer_update={}))["time_per_token_s"]
+    assert per_token == pytest.approx(2e-3, rel=0.05)

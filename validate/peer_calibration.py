@@ -8,7 +8,7 @@ are the held-out check (benchmarks/peers_report.py). No torch: runs are given as
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import least_squares, nnls
@@ -22,7 +22,7 @@ from sim.shapes import ModelShape, ggml_ops, ggml_weights, param_modules
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
                        "gpu_op_s", "gpu_row_s", "gpu_compute_scale", "gpu_multi_row_s", "gpu_row_token_s",
-                       "cpu_flops_per_s", "gpu_offload_split_s", "gpu_graph_warmup_op_s")}
+                       "cpu_flops_per_s", "gpu_offload_split_s", "gpu_graph_warmup_op_s", "gpu_mm_attention_s")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s",
          "cpu_head_bytes_per_s": "memory_bytes_per_s", "cpu_flops_per_s": "flops_per_s"}  # started there
@@ -38,6 +38,7 @@ class PeerRun:
     measured_tpot_s: float
     measured_ttft_s: float
     graphs_warm: bool = False  # an identical run just before left the engine's graphs captured (llama-bench's reps)
+    peer_update: dict = field(default_factory=dict)  # how the engine that ran differs, e.g. its build's kernels
 
 
 def with_peer(machine: MachineSpec, engine: str, spec: PeerSpec) -> MachineSpec:
@@ -47,8 +48,11 @@ def with_peer(machine: MachineSpec, engine: str, spec: PeerSpec) -> MachineSpec:
 def predict(model: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
     from sim.simulate import fast_simulate
     peer = machine.peers.get(run.plan.engine)
+    update = dict(run.peer_update)
     if run.graphs_warm and peer is not None and peer.gpu_graph_warmup_op_s:
-        machine = with_peer(machine, run.plan.engine, peer.model_copy(update={"gpu_graph_warmup_op_s": 0.0}))
+        update["gpu_graph_warmup_op_s"] = 0.0
+    if update and peer is not None:
+        machine = with_peer(machine, run.plan.engine, peer.model_copy(update=update))
     return fast_simulate(model, machine, run.plan, run.workload, run.budgets)
 
 
@@ -59,6 +63,7 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
     ops = {dev: float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == dev))
            for dev in ("cpu", "gpu")}
     rows = sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")
+    attention = float(sum(u.kind in ("decoder", "attention") for u in model.units if t[u.name].compute == "gpu"))
     tokens = run.workload.batch  # per decode step: one of every sequence
     multi = tokens > 1  # sim.compute.gpu_compute_s: any decode step of several sequences
     offload = run.plan.gpu_offload_min_tokens is not None and tokens >= run.plan.gpu_offload_min_tokens
@@ -70,6 +75,8 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
              "gpu_row_token_s": rows * tokens if multi else 0.0,
              "cpu_flops_per_s": float(tokens > 1 and ops["cpu"] > 0),  # whether the run measures it (identifiable)
              "gpu_offload_split_s": float(splits),
+             "gpu_mm_attention_s": attention if tokens == 1 and not run.peer_update.get("flash_attention", True)
+             else 0.0,
              "gpu_graph_warmup_op_s": 0.0 if run.graphs_warm else ops["gpu"] * len(graph_warmup_steps(run.workload))
              / max(run.workload.new_tokens - 1, 1)}
     return np.array([count[p] for p in params])
@@ -85,7 +92,7 @@ PROBE = {"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0, "cpu_head_bytes_p
 OPTIONAL_RATES = ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s")  # absent: cpu_bytes_per_s holds instead
 # what only some runs measure (several sequences decoded together): left absent (their default) when no run does
 MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s", "gpu_offload_split_s",
-                    "gpu_graph_warmup_op_s")
+                    "gpu_graph_warmup_op_s", "gpu_mm_attention_s")
 
 
 def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec,
