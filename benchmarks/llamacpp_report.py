@@ -14,10 +14,10 @@ the largest, several sequences at the smallest and the largest batched -ngl, and
 (llama-batched-bench times the decode steps that warm its CUDA graph up: gpu_graph_warmup_op_s). Every other record
 is held out.
 Each setting's time is the median of its repetitions (pooled over rounds).
-Calls Y and Z ran llama.cpp's default build, with ggml-cuda's flash-attention kernels (flash_attention_build): the
+Calls Y, Z and AA ran llama.cpp's default build, with ggml-cuda's flash-attention kernels (flash_attention_build): the
 runs of such a build are priced with PeerSpec.flash_attention (the others pay gpu_mm_attention_s per GPU attention
 on a one-token step), enter the fit with every layer on the GPU only (on_gpu), and are held out apart.
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z}.json \
+Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z,aa}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
      --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b --fit llamacpp-z.json:llama-1b [--json OUT]
@@ -408,7 +408,7 @@ def main() -> None:
     fa = [r for r in rows if r["fa_build"]]
     if fa:  # llama.cpp's default build, priced by the engine model fitted on the calls without flash attention
         summary.update({f"{FA_BUILD}, {k}": v for k, v in summarise(fa, fitted_archs, slow).items()
-                        if k in FA_GROUPS})
+                        if k in FA_GROUPS or k.startswith("tg llamacpp-")})
         summary[f"{FA_BUILD}, tg, every layer on the GPU"] = summarise(
             [r for r in fa if r["cpu_units"] <= 1], fitted_archs, slow)["tg"]
     for build, name in ((False, "without flash attention"), (True, FA_BUILD)):  # priced as one shared cache
