@@ -171,9 +171,13 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
                                                                                     objective)
     except PlanError as exc:
         return EnginePlan(engine, None, reason=str(exc))
-    src = machine.peers[engine].source
-    notes = [] if src.startswith(("measured", "[M]")) else \
-        [f"{engine}'s host costs are not measured for {machine.name}: the time is its pipeline alone ({src})"]
+    spec = machine.peers[engine]
+    notes = [] if spec.source.startswith(("measured", "[M]")) else \
+        [f"{engine}'s host costs are not measured for {machine.name}: the time is its pipeline alone ({spec.source})"]
+    if engine == "llamacpp" and any(p.compute == "gpu" for p in plan.placements):
+        notes.append(f"priced as a llama.cpp build {'with' if spec.flash_attention else 'without'} its CUDA "
+                     "flash-attention kernels (llama.cpp's default has them); for the other, set flash_attention = "
+                     f"{str(not spec.flash_attention).lower()} under [{machine.name}.peers.llamacpp]")
     return EnginePlan(engine, plan, _simulate(model, machine, plan, w, budgets), notes=notes)
 
 

@@ -133,3 +133,32 @@ def test_default_engine_json_keeps_keys_and_adds_engines(capsys):
             "baseline_errors", "prefetch_depth", "vram_slots", "pinned_slots", "layers"} <= set(data)
     assert data["engine"] == "offloadsim"
     check_engines_block(data, "offloadsim")
+
+
+def test_llamacpp_plan_says_which_build_it_prices():
+    """A llama.cpp plan with layers on the GPU says it is priced as a build with the CUDA flash-attention kernels
+    (the preset's, llama.cpp's default) and how to price the other; a machine whose spec says the build lacks them
+    is priced with their matrix-multiply attention (gpu_mm_attention_s per GPU attention on a one-token step), so
+    the same placement takes longer by at least that per GPU decoder, and the note says so."""
+    from hwmodels import get_machine
+    from planner.engines import plan_for_engine
+    from sim.families import shape_from_config
+    from sim.models import preset_config
+    from sim.plan import Budgets, Workload
+    m = get_machine("h200-testbox")
+    model = shape_from_config(preset_config("llama-3.1-8b"))
+    w = Workload(batch=1, prompt_tokens=16, new_tokens=3)
+    b = Budgets.of(m).model_copy(update={"vram_bytes": 8 * 2**30})
+    fa = plan_for_engine("llamacpp", model, m, w, b)
+    assert any("with its CUDA flash-attention kernels" in n and "flash_attention = false" in n for n in fa.notes)
+    spec = m.peers["llamacpp"]
+    assert spec.flash_attention and spec.gpu_mm_attention_s > 0
+    no_fa = m.model_copy(update={"peers": {**m.peers, "llamacpp": spec.model_copy(update={"flash_attention": False})}})
+    mm = plan_for_engine("llamacpp", model, no_fa, w, b)
+    assert any("without its CUDA flash-attention kernels" in n and "flash_attention = true" in n for n in mm.notes)
+    kinds = {u.name: u.kind for u in model.units}
+    gpu_decoders = sum(p.compute == "gpu" and kinds[p.unit] == "decoder" for p in fa.plan.placements)
+    assert gpu_decoders > 0
+    assert mm.plan.placements == fa.plan.placements  # the planner's -ngl choice does not move by 10 us a layer here
+    extra = mm.time_per_token_s - fa.time_per_token_s
+    assert extra >= gpu_decoders * spec.gpu_mm_attention_s * (1 - 1e-6)
