@@ -35,7 +35,7 @@ from hwmodels.presets import load_machine
 from hwmodels.specs import MachineSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.policies import llamacpp_ngl
-from sim.shapes import ModelShape
+from sim.shapes import ATTENTION_KINDS, ModelShape
 from validate.peer_calibration import PeerRun, fit, predict, with_peer
 
 
@@ -216,7 +216,7 @@ def kv_per_sequence(kind: str, rec: dict, run: PeerRun, shape: ModelShape) -> bo
         return False
     t = run.plan.tiers()
     offload = run.plan.gpu_offload_min_tokens is not None and rec["batch"] >= run.plan.gpu_offload_min_tokens
-    return offload or any(t[u.name].compute == "gpu" for u in shape.units if u.kind in ("decoder", "attention"))
+    return offload or any(t[u.name].compute == "gpu" for u in shape.units if u.kind in ATTENTION_KINDS)
 
 
 def ngls_of(runs: list, kind: str) -> list[int]:
@@ -229,7 +229,7 @@ def on_gpu(run: PeerRun, shape: ModelShape) -> bool:
     file fits (its CPU runs would refit the CPU's costs on one more call's host; call Z's timed it slow, Llama-1B
     at -ngl 0 34.6 ms a token against 29.8-31.8 in calls E-J)."""
     t = run.plan.tiers()
-    return all(t[u.name].compute == "gpu" for u in shape.units if u.kind in ("decoder", "attention"))
+    return all(t[u.name].compute == "gpu" for u in shape.units if u.kind in ATTENTION_KINDS)
 
 
 def fitted_on(e: dict, fit_on: list[str]) -> bool:
@@ -302,7 +302,7 @@ def host_copy(loaded) -> dict[str, list[float]]:
 
 
 FA_BUILD = "flash-attention build"  # llama.cpp's default build (flash_attention_build), held out apart
-FA_GROUPS = ("tg", "pp", "tg exported, -ngl form", "batched, B > 1",
+FA_GROUPS = ("tg", "pp", "tg, shapes never fitted", "tg exported, -ngl form", "batched, B > 1",
              "batched, a KV cache per sequence on both devices (not priced as run)")
 
 STEADY_PCT = 15  # runs whose repetitions (pooled over rounds) spread less than this: the host held still

@@ -18,7 +18,7 @@ from sim.memory import MemoryUse, check_plan
 from sim.pagecache import PageCache
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
-from sim.shapes import GGML_KV_PAD, ModelShape, ggml_ops, ggml_weights, param_modules
+from sim.shapes import ATTENTION_KINDS, GGML_KV_PAD, ModelShape, ggml_ops, ggml_weights, param_modules
 
 GPU_LOAD, CPU_READ = 1, 2
 MMAP_HIT_BYTES_PER_S = 1e15  # a mapped page-cache hit where the host's map speed is not measured: no cost of its own
@@ -113,7 +113,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     warmup_s = [warmup_op_s * ggml_ops(u.kind, model.family) if t[u.name].compute == "gpu" else 0.0 for u in units]
     # a build without fused attention kernels: a GPU attention of a one-token step as separate kernels
     mm_attention = [peer.gpu_mm_attention_s if peer is not None and not peer.flash_attention
-                    and u.kind in ("decoder", "attention") else 0.0 for u in units]
+                    and u.kind in ATTENTION_KINDS else 0.0 for u in units]
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0) -> float:
         if offloaded[ui] and not cpu:  # ggml_weights splits of its own, the attention over the shared cache's cells
@@ -273,7 +273,7 @@ def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, 
         router_item: dict[int, int] = {}
         for ui, block in order:
             if block < 0:
-                if units[ui].kind in ("attention", "decoder"):
+                if units[ui].kind in ATTENTION_KINDS:
                     router_item[units[ui].block] = len(sch.unit)
                 add(ui, s, rs[ui], compute_time(ui, rs[ui][0], w.batch, new, ctx, s), -1)
                 continue

@@ -26,6 +26,7 @@ QK_NORM_LAUNCHES = 16
 PARAM_MODULES = {"embedding": 1, "decoder": 9, "attention": 6, "mlp": 3, "expert": 3, "shared-expert": 3,
                  "norm": 1, "lm_head": 1}
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
+ATTENTION_KINDS = ("decoder", "attention")  # the unit kinds that hold an attention (and its KV cache)
 
 # Operators that compute (not views) per unit in llama.cpp's graph at decode: ggml's CPU backend joins its threads
 # at a barrier after each (ggml-cpu.c, ggml_graph_compute_thread), its CUDA backend launches one or two kernels.
@@ -57,19 +58,19 @@ SHARD_BYTES = 5 * 10**9
 
 def param_modules(kind: str, family: str) -> int:
     """Parameter-holding modules of a unit of this kind (peer engines' hooks and per-tensor copies scale with it)."""
-    extra = 2 if family in QK_NORM_FAMILIES and kind in ("decoder", "attention") else 0
+    extra = 2 if family in QK_NORM_FAMILIES and kind in ATTENTION_KINDS else 0
     return PARAM_MODULES[kind] + extra
 
 
 def ggml_ops(kind: str, family: str) -> int:
     """Computing operators of a unit of this kind in llama.cpp's graph (GGML_OPS)."""
-    extra = QK_NORM_GGML_OPS if family in QK_NORM_FAMILIES and kind in ("decoder", "attention") else 0
+    extra = QK_NORM_GGML_OPS if family in QK_NORM_FAMILIES and kind in ATTENTION_KINDS else 0
     return GGML_OPS[kind] + extra
 
 
 def ggml_weights(kind: str, family: str) -> int:
     """Weight tensors of a unit of this kind in a GGUF (GGML_WEIGHTS)."""
-    extra = QK_NORM_GGML_WEIGHTS if family in QK_NORM_FAMILIES and kind in ("decoder", "attention") else 0
+    extra = QK_NORM_GGML_WEIGHTS if family in QK_NORM_FAMILIES and kind in ATTENTION_KINDS else 0
     return GGML_WEIGHTS[kind] + extra
 
 

@@ -17,7 +17,7 @@ from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.compute import matrix_rows
 from sim.schedule import cpu_stream_bytes_per_s, graph_warmup_steps
-from sim.shapes import ModelShape, ggml_ops, ggml_weights, param_modules
+from sim.shapes import ATTENTION_KINDS, ModelShape, ggml_ops, ggml_weights, param_modules
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
@@ -63,7 +63,7 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
     ops = {dev: float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == dev))
            for dev in ("cpu", "gpu")}
     rows = sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")
-    attention = float(sum(u.kind in ("decoder", "attention") for u in model.units if t[u.name].compute == "gpu"))
+    attention = float(sum(u.kind in ATTENTION_KINDS for u in model.units if t[u.name].compute == "gpu"))
     tokens = run.workload.batch  # per decode step: one of every sequence
     multi = tokens > 1  # sim.compute.gpu_compute_s: any decode step of several sequences
     offload = run.plan.gpu_offload_min_tokens is not None and tokens >= run.plan.gpu_offload_min_tokens
