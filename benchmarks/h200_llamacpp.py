@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import shlex
 import shutil
@@ -41,7 +42,9 @@ TARGETS = ("llama-bench", "llama-batched-bench")  # one sequence (its repetition
 HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
               "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
+              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp",
+              "mlp.experts.gate_exps": "ffn_gate_exps", "mlp.experts.up_exps": "ffn_up_exps",
+              "mlp.experts.down_exps": "ffn_down_exps"}
 
 
 def build(tarball: Path, root: Path, timeout_s: float, cuda: bool = True, fa: bool = False) -> dict:
@@ -79,12 +82,13 @@ def build(tarball: Path, root: Path, timeout_s: float, cuda: bool = True, fa: bo
 
 
 def write_gguf(ckpt: Path, config: dict, path: Path, gguf_py: Path) -> int:
-    """The checkpoint's weights as an F16 GGUF (norms F32) of llama.cpp's llama or qwen3 architecture."""
+    """The checkpoint's weights as an F16 GGUF (norms F32) of llama.cpp's llama, qwen3 or qwen3moe architecture (its
+    routed experts stacked per block into ffn_{gate,up,down}_exps, as convert_hf_to_gguf.py writes them)."""
     sys.path.insert(0, str(gguf_py))
     import gguf
     import torch
     from safetensors.torch import load_file
-    arch = {"llama": "llama", "qwen3": "qwen3"}[config["model_type"]]
+    arch = {"llama": "llama", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}[config["model_type"]]
     h, heads = config["hidden_size"], config["num_attention_heads"]
     d = config.get("head_dim") or h // heads
     w = gguf.GGUFWriter(str(path), arch)
@@ -99,6 +103,10 @@ def write_gguf(ckpt: Path, config: dict, path: Path, gguf_py: Path) -> int:
     w.add_rope_dimension_count(d)
     w.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
     w.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-5)))
+    if arch == "qwen3moe":
+        w.add_expert_count(config.get("num_experts") or config["num_local_experts"])  # transformers 4 or 5
+        w.add_expert_used_count(config["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(config["moe_intermediate_size"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     v = config["vocab_size"]
     w.add_vocab_size(v)
@@ -115,7 +123,7 @@ def write_gguf(ckpt: Path, config: dict, path: Path, gguf_py: Path) -> int:
     tensors = {}
     for f in sorted(ckpt.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
-    for name, t in tensors.items():
+    for name, t in moe_tensors(tensors).items():
         w.add_tensor(gguf_name(name), t.to(torch.float32 if t.dim() == 1 else torch.float16).numpy())
     if "lm_head.weight" not in tensors:
         raise RuntimeError("tied embeddings: use an architecture with its own output head")
@@ -124,6 +132,29 @@ def write_gguf(ckpt: Path, config: dict, path: Path, gguf_py: Path) -> int:
     w.write_tensors_to_file()
     w.close()
     return path.stat().st_size
+
+
+def moe_tensors(tensors: dict) -> dict:
+    """The checkpoint's tensors with each block's routed experts as three stacked tensors, [experts, out, in]:
+    from transformers 5's fused mlp.experts.gate_up_proj ([E, 2I, H], gate then up) and down_proj ([E, H, I]), or
+    from one mlp.experts.{e}.{gate,up,down}_proj per expert (transformers 4)."""
+    import torch
+    out, per_expert = {}, {}
+    for name, t in tensors.items():
+        m = re.fullmatch(r"(model\.layers\.\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight", name)
+        if m:
+            per_expert.setdefault((m[1], m[3]), {})[int(m[2])] = t
+        elif name.endswith(".mlp.experts.gate_up_proj"):
+            gate, up = t.chunk(2, dim=1)
+            base = name[:-len(".gate_up_proj")]
+            out[f"{base}.gate_exps.weight"], out[f"{base}.up_exps.weight"] = gate.contiguous(), up.contiguous()
+        elif name.endswith(".mlp.experts.down_proj"):
+            out[f"{name[:-len('.down_proj')]}.down_exps.weight"] = t
+        else:
+            out[name] = t
+    for (block, proj), experts in per_expert.items():
+        out[f"{block}.mlp.experts.{proj}_exps.weight"] = torch.stack([experts[e] for e in sorted(experts)])
+    return out
 
 
 def gguf_name(hf: str) -> str:
@@ -148,7 +179,7 @@ def bench(binary: str, model: Path, args: list[str], prompts: list[int], gen: in
     recs = json.loads(r.stdout)
     keep = ("n_prompt", "n_gen", "n_gpu_layers", "n_threads", "avg_ns", "stddev_ns", "samples_ns", "avg_ts",
             "flash_attn", "use_mmap", "n_batch", "n_ubatch", "type_k", "model_size", "model_n_params", "cpu_info",
-            "gpu_info", "build_commit", "tensor_buft_overrides")
+            "gpu_info", "build_commit", "tensor_buft_overrides", "n_cpu_moe")
     out = [{k: rec.get(k) for k in keep} for rec in recs]
     log("llama-bench", " ".join(args), f"{time.perf_counter() - t:.0f}s",
         [f"p{o['n_prompt']} g{o['n_gen']}: {o['avg_ns'] / 1e9:.4f}s" for o in out])
@@ -334,6 +365,9 @@ def settings_of(a, layers: int, prompts: list[int], exports: list[dict]) -> list
     else:
         ngls = a.ngl.split(",")
     out = [("ngl", ["-ngl", n], prompts, None) for n in dict.fromkeys(ngls) if n]  # --ngl "": no sweep
+    # every layer on the GPU but the routed experts of the first N blocks (MoE): as a user runs --n-cpu-moe N
+    out += [("ngl", ["-ngl", str(layers + 1), "-ncmoe", str(n)], prompts, None)
+            for n in dict.fromkeys(min(round(f * layers), layers) for f in a.ncmoe_shares)]
     if a.batches:
         shares = [min(round(f * layers), layers + 1) for f in a.batch_ngl_shares]
         kvu = ["-kvu"] if a.batch_kvu else []  # one KV cache shared by the sequences, as --export llamacpp asks for
@@ -415,7 +449,7 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
                 entry["llamacpp"] += recs
             else:
                 exp["bench_ot" if kind == "exported_ot" else "bench"] += recs
-        save()
+            save()  # after every setting: a call cut short by its time limit keeps what it timed
     entry["host_after"] = host_state()
     if a.copy_probe:
         entry["copy_probe"] = copy_probe(gguf_path)
@@ -445,6 +479,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ngl-every", type=int, default=0, help="-ngl 0, K, 2K, ... and every layer with the head: "
                     "replaces --ngl")
+    ap.add_argument("--ncmoe-shares", type=fractions, default=(), help="also time every layer on the GPU with the "
+                    "routed experts of the first N blocks on the CPU (llama-bench -ncmoe N), N as shares of the "
+                    "layers: MoE architectures")
     ap.add_argument("--threads", default="", help="thread counts (-t) to time generation with, at --threads-at")
     ap.add_argument("--threads-at", type=float, default=0.5, help="the -ngl of the --threads runs, as a share of the "
                     "layers")

@@ -62,6 +62,14 @@ ARCHS = {
                                      num_attention_heads=24, num_key_value_heads=8, vocab_size=32000)),
     "fa-16-16": ("llama-3.1-8b", dict(num_hidden_layers=8, hidden_size=2048, intermediate_size=5632,
                                       num_attention_heads=16, num_key_value_heads=16, vocab_size=32000)),
+    # MoE for llama.cpp's --n-cpu-moe (call AB): Qwen3-30B-A3B's layer (128 experts of 768, 8 a token; head_dim
+    # hidden / heads = 64, as make_config derives it) and a Mixtral-like one of few wide experts (8 of 14336, 2 a
+    # token) in the same qwen3moe architecture
+    "qwen3-30b-a3b": ("qwen3-235b-a22b", dict(num_hidden_layers=8, hidden_size=2048, num_attention_heads=32,
+                                              num_key_value_heads=4, moe_intermediate_size=768)),
+    "moe-8x2": ("qwen3-235b-a22b", dict(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
+                                        num_key_value_heads=8, moe_intermediate_size=14336, num_experts=8,
+                                        num_experts_per_tok=2, vocab_size=32000)),
 }
 T0 = time.perf_counter()
 

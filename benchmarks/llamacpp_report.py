@@ -53,7 +53,7 @@ def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None
     gen = rec["n_gen"] > 0
     w = Workload(batch=1, prompt_tokens=1 if gen else rec["n_prompt"], new_tokens=rec["n_gen"] + 1 if gen else 1)
     b = budgets(machine)
-    plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"])
+    plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"], rec.get("n_cpu_moe") or 0)
     t = statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9  # robust to a slow first repetition
     # its warm-up run and the repetition before left the decode graph captured (the median repetition replays it)
     return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t,
@@ -86,7 +86,9 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
     groups: dict[tuple, list[dict]] = {}
     for rec in recs:
         if "t_tg" in rec:
-            extra = " ".join(a for a in rec.get("args", []) if a.startswith("-") and a != "-ngl")  # e.g. -kvu
+            args = rec.get("args", [])
+            extra = " ".join(a for i, a in enumerate(args)  # e.g. -kvu, -ncmoe 4
+                             if a.startswith("-") and a != "-ngl" or i and args[i - 1] == "-ncmoe")
             key = (rec["n_gpu_layers"], rec["pl"], rec["pp"], rec["tg"], rec.get("n_seq_max", 0), extra)
             groups.setdefault(key, []).append(rec)
     out = []
@@ -100,7 +102,9 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
                "n_seq_max": seqs, "extra": extra}
         room = f" of {seqs}" if seqs and seqs != b else ""
         name = f"{label or f'-ngl {ngl}'}{' ' + extra if extra else ''}, {b} sequences{room}"
-        plan_b = plan or llamacpp_ngl(shape, machine, w, budgets(machine), ngl)
+        words = extra.split()
+        ncmoe = int(words[words.index("-ncmoe") + 1]) if "-ncmoe" in words else 0
+        plan_b = plan or llamacpp_ngl(shape, machine, w, budgets(machine), ngl, ncmoe)
         if "--no-op-offload" in extra.split():  # CPU-held weights multiplied on the CPU at any step size
             plan_b = plan_b.model_copy(update={"gpu_offload_min_tokens": None})
         if head_override(group[0].get("args", [])):  # -ot sends the output head to the GPU
@@ -134,7 +138,8 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
     out = []
     for rec in pooled(entry["llamacpp"]):
         kind = rec.get("kind", "ngl")
-        label = " ".join(rec["args"]) if kind == "threads" else f"-ngl {rec['n_gpu_layers']}"
+        label = " ".join(rec["args"]) if kind == "threads" else f"-ngl {rec['n_gpu_layers']}" \
+            + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "")
         out.append((kind, rec, run_of(rec, shape, machine, None, label)))
     for exp in entry["exported"]:
         if "error" in exp:

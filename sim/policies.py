@@ -139,10 +139,14 @@ def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
     return llamacpp_ngl(model, machine, w, budgets, None)
 
 
-def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, ngl: int | None) -> Plan:
+def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, ngl: int | None,
+                 n_cpu_moe: int = 0) -> Plan:
     """llama.cpp with `-ngl ngl` (None: as many layers as fit, as its --fit does): ngl 1 puts only the output head
-    on the GPU, n_blocks + 1 everything but the embedding. Raises PlanError when that does not fit."""
-    groups = _blocks(model)
+    on the GPU, n_blocks + 1 everything but the embedding; `--n-cpu-moe n_cpu_moe` keeps the routed experts of the
+    first n_cpu_moe blocks on the CPU whatever -ngl says (the shared experts stay with their block). Raises
+    PlanError when that does not fit."""
+    cpu_experts = {u.name for u in model.units if u.kind == "expert" and u.block < n_cpu_moe}
+    groups = [[n for n in g if n not in cpu_experts] for g in _blocks(model)]
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
     gpu_left = budgets.vram_bytes - kv_cache_bytes(model, w) - activation_bytes(model, w)
     # the prefill offload streams CPU weights through one VRAM buffer sized to the largest unit
