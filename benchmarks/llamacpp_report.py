@@ -248,6 +248,12 @@ def in_fit(e: dict, fit_on: list[str], kind: str, rec: dict, run: PeerRun, shape
     return fitted_on(e, fit_on) and is_calibration(kind, rec, ngls) and (not e["fa_build"] or on_gpu(run, shape))
 
 
+def cpu_experts(run: PeerRun, shape: ModelShape) -> bool:
+    """Some routed expert computed on the CPU (--n-cpu-moe, -ot ...exps=CPU, or a CPU layer of an MoE)."""
+    t = run.plan.tiers()
+    return any(t[u.name].compute == "cpu" for u in shape.units if u.kind == "expert")
+
+
 def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
     rows = []
     for e, shape, machine, runs in loaded:
@@ -265,6 +271,7 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
                          "ngl": rec["n_gpu_layers"],
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls),
+                         "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape),
                          "kv_per_sequence": rec.get("kv_per_sequence", False),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
@@ -309,6 +316,8 @@ def host_copy(loaded) -> dict[str, list[float]]:
 FA_BUILD = "flash-attention build"  # llama.cpp's default build (flash_attention_build), held out apart
 FA_GROUPS = ("tg", "pp", "tg, shapes never fitted", "tg exported, -ngl form", "batched, B > 1",
              "batched, a KV cache per sequence on both devices (not priced as run)")
+
+MOE_GROUPS = ("tg", "pp", "tg, shapes never fitted", "tg exported, -ngl form", "batched, B > 1")
 
 STEADY_PCT = 15  # runs whose repetitions (pooled over rounds) spread less than this: the host held still
 
@@ -410,7 +419,7 @@ def main() -> None:
     print("contended (their calibrate timed the host's CPU slow):", sorted(slow))
     fitted_archs = {f.split(":", 1)[1] for f in fit_on}
     summary = summarise([r for r in rows if not r["fa_build"]], fitted_archs, slow)
-    fa = [r for r in rows if r["fa_build"]]
+    fa = [r for r in rows if r["fa_build"] and not r["moe"]]
     if fa:  # llama.cpp's default build, priced by the engine model fitted on the calls without flash attention
         summary.update({f"{FA_BUILD}, {k}": v for k, v in summarise(fa, fitted_archs, slow).items()
                         if k in FA_GROUPS or k.startswith("tg llamacpp-")})
@@ -420,6 +429,12 @@ def main() -> None:
         summary[f"a KV cache per sequence, every layer on the GPU, {name}"] = summarise(
             [dict(r, kv_per_sequence=False) for r in rows if r["fa_build"] == build and r["kv_per_sequence"]
              and r["cpu_units"] <= 1], fitted_archs, slow).get("batched, B > 1")
+    moe = [r for r in rows if r["moe"]]
+    if moe:  # llama.cpp's MoE runs (all from flash-attention builds so far), held out apart
+        part = summarise(moe, fitted_archs, slow)
+        summary.update({f"MoE, {k}": v for k, v in part.items() if k in MOE_GROUPS or k.startswith("tg llamacpp-")})
+        summary["MoE, tg, routed experts on the CPU"] = summarise(
+            [r for r in moe if r["cpu_experts"]], fitted_archs, slow)["tg"]
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:

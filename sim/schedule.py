@@ -18,7 +18,8 @@ from sim.memory import MemoryUse, check_plan
 from sim.pagecache import PageCache
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
-from sim.shapes import ATTENTION_KINDS, GGML_KV_PAD, ModelShape, ggml_ops, ggml_weights, param_modules
+from sim.shapes import (ATTENTION_KINDS, GGML_KV_PAD, GGML_MOE_WEIGHTS, ModelShape, ggml_moe_ops, ggml_ops,
+                        ggml_weights, param_modules)
 
 GPU_LOAD, CPU_READ = 1, 2
 MMAP_HIT_BYTES_PER_S = 1e15  # a mapped page-cache hit where the host's map speed is not measured: no cost of its own
@@ -115,12 +116,23 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     mm_attention = [peer.gpu_mm_attention_s if peer is not None and not peer.flash_attention
                     and u.kind in ATTENTION_KINDS else 0.0 for u in units]
 
-    def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0) -> float:
+    moe_ops = ggml_moe_ops(model.experts_per_token) if model.is_moe and peer is not None else 0
+
+    def moe_block_s(ui: int, cpu: bool, s: int) -> float:
+        """A peer's operators of a block's routed experts (sim.shapes.ggml_moe_ops), priced with its first expert to
+        run in the step: on the device that runs them, a split per fused weight when offloaded, a graph warm-up."""
+        op = op_s[cpu] or 0.0
+        return moe_ops * (op + (warmup_op_s if not cpu and s in warmup and t[units[ui].name].compute == "gpu"
+                                else 0.0)) + (split_s * GGML_MOE_WEIGHTS if offloaded[ui] and not cpu else 0.0)
+
+    def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0,
+                     first_expert: bool = False) -> float:
+        block = moe_block_s(ui, cpu, s) if first_expert and moe_ops else 0.0
         if offloaded[ui] and not cpu:  # ggml_weights splits of its own, the attention over the shared cache's cells
             return _compute_time(ui, cpu, batch, new, ctx) + split_s * ggml_weights(units[ui].kind, model.family) \
-                + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops
+                + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops + block
         return _compute_time(ui, cpu, batch, new, ctx) + (warmup_s[ui] if s in warmup else 0.0) \
-            + (mm_attention[ui] if not cpu and batch * new == 1 else 0.0)
+            + (mm_attention[ui] if not cpu and batch * new == 1 else 0.0) + block
 
     def _compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
@@ -278,13 +290,13 @@ def _moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, 
                 add(ui, s, rs[ui], compute_time(ui, rs[ui][0], w.batch, new, ctx, s), -1)
                 continue
             counts = router.draw(block, tokens)
-            for e in np.flatnonzero(counts).tolist():
+            for n, e in enumerate(np.flatnonzero(counts).tolist()):
                 ei = ui + e
                 gate = -1
                 if streamed_expert[ei]:
                     hit = plan.expert_predictor_hit_rate is not None and rng.random() < plan.expert_predictor_hit_rate
                     gate = router_item.get(block - 1, -1) if hit else router_item[block]
-                add(ei, s, rs[ei], compute_time(ei, rs[ei][0], int(counts[e]), 1, 0, s), gate)
+                add(ei, s, rs[ei], compute_time(ei, rs[ei][0], int(counts[e]), 1, 0, s, n == 0), gate)
 
 
 _CACHES: "OrderedDict[tuple, tuple]" = OrderedDict()

@@ -35,16 +35,22 @@ ATTENTION_KINDS = ("decoder", "attention")  # the unit kinds that hold an attent
 # two KV-cache set_rows, kq mul_mat, soft_max, kqv mul_mat, cont, wo mul_mat, add, rms_norm+mul, up and gate
 # mul_mat, swiglu, down mul_mat, add (22); Qwen3's q/k norms add rms_norm+mul each (4); the embedding is a get_rows,
 # the head the final rms_norm+mul and its mul_mat. The MoE kinds are estimates (mul_mat_id per projection).
-GGML_OPS = {"embedding": 1, "decoder": 22, "attention": 15, "mlp": 7, "expert": 4, "shared-expert": 4, "norm": 2,
+GGML_OPS = {"embedding": 1, "decoder": 22, "attention": 15, "mlp": 7, "expert": 0, "shared-expert": 4, "norm": 2,
             "lm_head": 3}
+# A block's routed experts are operators of the block, not of each expert (llama-graph.cpp, build_moe_ffn): one
+# MUL_MAT_ID per fused weight (up, gate, down: every expert of the block in one operator and one GGUF tensor,
+# ffn_*_exps), the GLU, the routing weights' MUL, and k - 1 ADDs summing each token's k experts; paid once per block
+# and step whatever experts run (ggml_moe_ops), so an expert unit has none of its own
+GGML_MOE_OPS = 5
+GGML_MOE_WEIGHTS = 3
 QK_NORM_GGML_OPS = 4
 # Weight tensors per unit in a GGUF (llama.cpp's names): a decoder's attn_norm, q, k, v, output, ffn_norm, gate, up,
 # down (9), Qwen3's attn_q_norm and attn_k_norm (2 more); the head output_norm and output. On a step of >= 32 tokens
 # ggml's scheduler runs every operator with a CPU-held weight on the GPU, each in a split of its own (a new split
 # per weight, so that their VRAM is reused: ggml-backend.cpp, ggml_backend_sched_split_graph), measured with
 # GGML_SCHED_DEBUG (call S: 84 splits per graph for 8 Llama layers, 340 for 28 Qwen3 layers; docs/peers.md).
-GGML_WEIGHTS = {"embedding": 1, "decoder": 9, "attention": 5, "mlp": 4, "expert": 3, "shared-expert": 3, "norm": 1,
-                "lm_head": 2}
+GGML_WEIGHTS = {"embedding": 1, "decoder": 9, "attention": 5, "mlp": 4, "expert": 0, "shared-expert": 3, "norm": 1,
+                "lm_head": 2}  # routed experts: GGML_MOE_WEIGHTS per block
 QK_NORM_GGML_WEIGHTS = 2
 # ggml's KV cache grows in whole chunks of cells: attention runs over the used cells rounded up to this many
 # (llama-kv-cache.cpp, get_n_kv: max(n_pad, 256)), masked, for every sequence sharing the cache
@@ -66,6 +72,12 @@ def ggml_ops(kind: str, family: str) -> int:
     """Computing operators of a unit of this kind in llama.cpp's graph (GGML_OPS)."""
     extra = QK_NORM_GGML_OPS if family in QK_NORM_FAMILIES and kind in ATTENTION_KINDS else 0
     return GGML_OPS[kind] + extra
+
+
+def ggml_moe_ops(experts_per_token: int) -> int:
+    """Operators of one block's routed experts in llama.cpp's graph, whatever experts run (GGML_MOE_OPS; one
+    token's single expert is made contiguous instead of summed)."""
+    return GGML_MOE_OPS + max(experts_per_token - 1, 1)
 
 
 def ggml_weights(kind: str, family: str) -> int:

@@ -694,3 +694,89 @@ def test_llamacpp_without_flash_attention_pays_its_attention_kernels_on_one_toke
     per_token = predict(LLAMA6, mm, run)["time_per_token_s"] - predict(LLAMA6, mm, dataclasses.replace(
         run, peer_update={}))["time_per_token_s"]
     assert per_token == pytest.approx(2e-3, rel=0.05)
+
+
+MOE_CFG = {"model_type": "qwen3_moe", "hidden_size": 256, "moe_intermediate_size": 64, "num_hidden_layers": 4,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000,
+           "num_local_experts": 8, "num_experts_per_tok": 2}
+
+
+def test_llamacpp_n_cpu_moe_keeps_the_first_blocks_routed_experts_on_the_cpu():
+    """-ngl 5 --n-cpu-moe 2 on 4 blocks: everything but the embedding on the GPU, except the 8 routed experts of
+    blocks 0 and 1 (16 units), whose attention stays on the GPU; --n-cpu-moe 0 is -ngl alone."""
+    from hwmodels.presets import load_machine
+    m = load_machine("h200-testbox")
+    shape = shape_from_config(MOE_CFG)
+    w = Workload(batch=1, prompt_tokens=1, new_tokens=4)
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**34, pinned_bytes=0)
+    t = llamacpp_ngl(shape, m, w, b, 5, n_cpu_moe=2).tiers()
+    on_cpu = {u.name for u in shape.units if t[u.name].compute == "cpu"}
+    assert on_cpu == {"model.embed_tokens"} | {f"model.layers.{i}.mlp.experts.{e}" for i in (0, 1) for e in range(8)}
+    assert t["model.layers.0"].compute == "gpu" and t["model.layers.0"].tier == "vram"
+    plain = llamacpp_ngl(shape, m, w, b, 5).tiers()
+    assert {u.name for u in shape.units if plain[u.name].compute == "cpu"} == {"model.embed_tokens"}
+
+
+def test_llamacpp_prices_a_blocks_routed_experts_as_one_set_of_ggml_operators():
+    """ggml multiplies a block's routed experts with one MUL_MAT_ID per fused weight, then a GLU, the routing
+    weights' MUL and k - 1 ADDs (llama-graph.cpp, build_moe_ffn): 5 + 1 = 6 operators for k = 2, once per block and
+    step whatever experts run. With every routed expert on the CPU and a CPU operator cost of 1 ms (all else
+    unchanged), a one-token step's expert items carry 4 blocks x 6 x 1 ms = 24 ms more than at no operator cost."""
+    from hwmodels.presets import load_machine
+    from sim.shapes import ggml_moe_ops
+    assert ggml_moe_ops(2) == 6 and ggml_moe_ops(8) == 12 and ggml_moe_ops(1) == 6  # one expert: a CONT, no ADD
+    m = load_machine("h200-testbox")
+    shape = shape_from_config(MOE_CFG)
+    w = Workload(batch=1, prompt_tokens=1, new_tokens=3)
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**34, pinned_bytes=0)
+    plan = llamacpp_ngl(shape, m, w, b, 5, n_cpu_moe=4)
+    steps = []
+    for op_s in (0.0, 1e-3):
+        peer = m.peers["llamacpp"].model_copy(update={"cpu_op_s": op_s})
+        sch = build_schedule(shape, m.model_copy(update={"peers": {**m.peers, "llamacpp": peer}}), plan, w, b)
+        steps.append(sum(c for ui, s, c in zip(sch.unit, sch.step, sch.compute_s)
+                         if s == 1 and shape.units[ui].kind == "expert"))
+    assert steps[1] - steps[0] == pytest.approx(4 * 6 * 1e-3, rel=1e-9)
+
+
+def test_llamacpp_report_reads_n_cpu_moe_from_both_tools():
+    """A llama-bench record's n_cpu_moe and a llama-batched-bench run's `-ncmoe N` argument both price the experts
+    of the first N blocks on the CPU, and name the run by it."""
+    from hwmodels.presets import load_machine
+    from benchmarks.llamacpp_report import batched_runs, cpu_experts, run_of
+    m = load_machine("h200-testbox")
+    shape = shape_from_config(MOE_CFG)
+    rec = {"n_prompt": 0, "n_gen": 8, "n_gpu_layers": 5, "n_cpu_moe": 1, "avg_ns": 8e6, "samples_ns": [8e6]}
+    run = run_of(rec, shape, m, None, "-ngl 5 -ncmoe 1")
+    t = run.plan.tiers()
+    assert cpu_experts(run, shape) and t["model.layers.0.mlp.experts.7"].compute == "cpu"
+    assert t["model.layers.1.mlp.experts.0"].compute == "gpu"
+    bb = {"pl": 4, "pp": 16, "tg": 8, "t_tg": 0.08, "n_gpu_layers": 5, "args": ["-ngl", "5", "-kvu", "-ncmoe", "3"]}
+    [(kind, rec_b, run_b)] = batched_runs([bb], shape, m)
+    tb = run_b.plan.tiers()
+    assert "-ncmoe 3" in run_b.label and rec_b["extra"] == "-kvu -ncmoe 3"
+    assert tb["model.layers.2.mlp.experts.0"].compute == "cpu" and tb["model.layers.3.mlp.experts.0"].compute == "gpu"
+    assert run_b.measured_tpot_s == pytest.approx(0.01)
+
+
+def test_moe_gguf_tensors_stack_either_expert_layout():
+    """transformers 5's fused experts (gate_up_proj [E, 2I, H], gate rows first; down_proj [E, H, I]) and
+    transformers 4's one module per expert both become ffn_{gate,up,down}_exps of [experts, out, in], expert e at
+    index e; other tensors pass through, the router as ffn_gate_inp."""
+    torch = pytest.importorskip("torch")
+    from benchmarks.h200_llamacpp import gguf_name, moe_tensors
+    E, I, H = 3, 2, 4
+    gate_up = torch.arange(E * 2 * I * H, dtype=torch.float32).reshape(E, 2 * I, H)
+    down = torch.arange(E * H * I, dtype=torch.float32).reshape(E, H, I)
+    fused = moe_tensors({"model.layers.0.mlp.experts.gate_up_proj": gate_up, "model.layers.0.mlp.experts.down_proj":
+                         down, "model.layers.0.mlp.gate.weight": torch.zeros(E, H)})
+    assert torch.equal(fused["model.layers.0.mlp.experts.gate_exps.weight"][1], gate_up[1, :I])
+    assert torch.equal(fused["model.layers.0.mlp.experts.up_exps.weight"][2], gate_up[2, I:])
+    assert torch.equal(fused["model.layers.0.mlp.experts.down_exps.weight"], down)
+    per = {f"model.layers.1.mlp.experts.{e}.{p}_proj.weight": torch.full((I, H), 10.0 * e + j)
+           for e in range(E) for j, p in enumerate(("gate", "up"))}
+    stacked = moe_tensors(per)
+    assert stacked["model.layers.1.mlp.experts.up_exps.weight"].shape == (E, I, H)
+    assert stacked["model.layers.1.mlp.experts.up_exps.weight"][2, 0, 0] == 21.0
+    assert gguf_name("model.layers.1.mlp.experts.up_exps.weight") == "blk.1.ffn_up_exps.weight"
+    assert gguf_name("model.layers.0.mlp.gate.weight") == "blk.0.ffn_gate_inp.weight"
