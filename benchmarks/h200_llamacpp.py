@@ -347,7 +347,8 @@ def exported(shape, machine, fraction: float, gen: int, batch: int = 1, prompt: 
     if rep.plan is None:
         raise RuntimeError(rep.reason)
     exp = to_llamacpp(shape, rep.plan, w, machine.cpu.cores)
-    args = ["-ngl", str(exp["ngl"])] + (["-ot", ";".join(exp["ot"])] if exp["ot"] else []) \
+    args = ["-ngl", str(exp["ngl"])] + (["-ncmoe", str(exp["n_cpu_moe"])] if exp.get("n_cpu_moe") else []) \
+        + (["-ot", ";".join(exp["ot"])] if exp["ot"] else []) \
         + (["-kvu"] if "-kvu" in exp["runtime_args"] else [])  # the sequences' KV cache as exported
     return {"fraction": fraction, "batch": batch, "prompt": prompt, "vram_bytes": budgets.vram_bytes,
             "plan": json.loads(rep.plan.model_dump_json()),

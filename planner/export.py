@@ -81,8 +81,9 @@ def llamacpp_runtime(workload: Workload | None, threads: int | None) -> tuple[st
 def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None, threads: int | None = None) -> dict:
     """{'args': [...], 'ngl': N, 'ot': [...], 'runtime_args': [...], 'command': '...', 'notes': [...]}. CPU-placed
     blocks that are the first ones are left to `-ngl` (llama.cpp's own split: the last N layers, the output counted
-    first, on the GPU, each CPU layer with its KV cache in RAM); other CPU blocks, expert tensors and a CPU head go
-    by anchored -ot rules. `args` is the placement; `runtime_args` the request's context, slots and threads
+    first, on the GPU, each CPU layer with its KV cache in RAM); the routed experts of the blocks right after them,
+    to `--n-cpu-moe N` (the experts of blocks 0..N-1 on the CPU; 'n_cpu_moe'); other CPU blocks, expert tensors and
+    a CPU head go by anchored -ot rules. `args` is the placement; `runtime_args` the request's context, slots and threads
     (llamacpp_runtime); `command` both, shell-quoted."""
     if model.family not in LLAMACPP_FAMILIES:
         raise InputError(f"export: llama.cpp cannot run a {model.family!r} model; export for accelerate instead "
@@ -118,15 +119,18 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     # llama.cpp matches -ot patterns with regex_search: anchor them, or 'output.weight' also hits 'attn_output.weight'
     if cpu_blocks:
         ot.append(f"^blk\\.({'|'.join(map(str, cpu_blocks))})\\.=CPU")
-    if cpu_experts:
+    # the experts of the blocks right after -ngl's CPU ones, as users write it (llama.cpp matches the same tensors)
+    n_cpu_moe = prefix + len(cpu_experts) if cpu_experts and cpu_experts == list(range(prefix, prefix + len(
+        cpu_experts))) else 0
+    if cpu_experts and not n_cpu_moe:
         ot.append(f"^blk\\.({'|'.join(map(str, cpu_experts))})\\.ffn_(up|down|gate)_exps\\.=CPU")
     if not head_gpu and ngl > 0:
         ot.append("^output\\.weight$=CPU")
-    args = ["-ngl", str(ngl)]
+    args = ["-ngl", str(ngl)] + (["--n-cpu-moe", str(n_cpu_moe)] if n_cpu_moe else [])
     for rule in ot:
         re.compile(rule.rsplit("=", 1)[0])  # every pattern must be a valid regex
         args += ["-ot", rule]
     program, runtime = llamacpp_runtime(workload, threads)
     command = f"{program} -m MODEL.gguf " + " ".join(shlex.quote(a) for a in args + runtime)
-    return {"args": args, "ngl": ngl, "ot": ot, "runtime_args": runtime, "command": command,
+    return {"args": args, "ngl": ngl, "n_cpu_moe": n_cpu_moe, "ot": ot, "runtime_args": runtime, "command": command,
             "notes": sorted(set(notes))}

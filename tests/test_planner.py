@@ -157,6 +157,30 @@ def test_llamacpp_export_leaves_the_first_blocks_to_ngl():
     assert to_llamacpp(q, p)["args"] == ["-ngl", "33", "-ot", "^blk\\.(4)\\.=CPU"]
 
 
+def _moe_plan(cpu_blocks, cpu_expert_blocks):
+    from sim.plan import Placement
+    q = load_model("mixtral-8x7b")  # 32 blocks of 8 experts
+    cpu = [u.kind not in ("lm_head", "embedding") and (u.block in cpu_blocks or u.kind == "expert"
+                                                      and u.block in cpu_expert_blocks) for u in q.units]
+    return q, Plan(model=q.name, machine="m", placements=tuple(
+        Placement(unit=u.name, tier="ram_pageable" if c else "vram", compute="cpu" if c else "gpu")
+        for u, c in zip(q.units, cpu)))
+
+
+def test_llamacpp_export_writes_the_next_blocks_experts_as_n_cpu_moe():
+    """Blocks 0-1 on the CPU and the experts of blocks 2-4: -ngl 31 (30 blocks + the output) and --n-cpu-moe 5
+    (the experts of blocks 0..4, the first two already on the CPU with their block); experts of blocks not right
+    after them go by an anchored -ot rule instead."""
+    q, p = _moe_plan({0, 1}, {2, 3, 4})
+    ex = to_llamacpp(q, p)
+    assert ex["args"] == ["-ngl", "31", "--n-cpu-moe", "5"] and ex["ot"] == [] and ex["n_cpu_moe"] == 5
+    q, p = _moe_plan(set(), {0, 1, 2})
+    assert to_llamacpp(q, p)["args"] == ["-ngl", "33", "--n-cpu-moe", "3"]
+    q, p = _moe_plan(set(), {3, 7})
+    ex = to_llamacpp(q, p)
+    assert ex["args"] == ["-ngl", "33", "-ot", "^blk\\.(3|7)\\.ffn_(up|down|gate)_exps\\.=CPU"] and ex["n_cpu_moe"] == 0
+
+
 def test_llamacpp_export_runs_the_request_it_was_priced_for():
     """The command sets the context to the request's tokens (llama.cpp's default is the model's trained context),
     one slot per sequence sharing one KV cache, the threads, and turns off llama.cpp's own fitting of unset
