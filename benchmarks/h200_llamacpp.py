@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import os
+import re
 import shlex
 import shutil
 import subprocess

@@ -105,7 +105,7 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
         words = extra.split()
         ncmoe = int(words[words.index("-ncmoe") + 1]) if "-ncmoe" in words else 0
         plan_b = plan or llamacpp_ngl(shape, machine, w, budgets(machine), ngl, ncmoe)
-        if "--no-op-offload" in extra.split():  # CPU-held weights multiplied on the CPU at any step size
+        if "--no-op-offload" in words:  # CPU-held weights multiplied on the CPU at any step size
             plan_b = plan_b.model_copy(update={"gpu_offload_min_tokens": None})
         if head_override(group[0].get("args", [])):  # -ot sends the output head to the GPU
             plan_b = head_on_gpu(plan_b, shape)

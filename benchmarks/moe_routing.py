@@ -48,7 +48,12 @@ def main() -> None:
     ap.add_argument("--tokens", default="32,128", help="prompt lengths")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    from benchmarks.h200_matrix import ARCHS
     name, layers = (a.arch.split(":") + ["4"])[:2]
+    moe = sorted(k for k, (preset, over) in ARCHS.items() if "moe_intermediate_size" in over)
+    if name not in moe or not layers.isdigit() or int(layers) < 1:
+        raise SystemExit(f"--arch: {a.arch!r} is not NAME:LAYERS of an MoE in benchmarks/h200_matrix.ARCHS; give one "
+                         f"of {', '.join(moe)} with a layer count >= 1, e.g. qwen3-30b-a3b:4.")
     print(json.dumps(distinct_experts(name, int(layers), [int(t) for t in a.tokens.split(",")], a.seed)))
 
 

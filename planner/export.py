@@ -120,8 +120,8 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     if cpu_blocks:
         ot.append(f"^blk\\.({'|'.join(map(str, cpu_blocks))})\\.=CPU")
     # the experts of the blocks right after -ngl's CPU ones, as users write it (llama.cpp matches the same tensors)
-    n_cpu_moe = prefix + len(cpu_experts) if cpu_experts and cpu_experts == list(range(prefix, prefix + len(
-        cpu_experts))) else 0
+    following = list(range(prefix, prefix + len(cpu_experts)))
+    n_cpu_moe = prefix + len(cpu_experts) if cpu_experts and cpu_experts == following else 0
     if cpu_experts and not n_cpu_moe:
         ot.append(f"^blk\\.({'|'.join(map(str, cpu_experts))})\\.ffn_(up|down|gate)_exps\\.=CPU")
     if not head_gpu and ngl > 0:

@@ -34,7 +34,7 @@ ATTENTION_KINDS = ("decoder", "attention")  # the unit kinds that hold an attent
 # llama-graph.cpp's build_norm/build_qkv/build_attn/build_ffn): a decoder is rms_norm+mul, q/k/v mul_mat, two ropes,
 # two KV-cache set_rows, kq mul_mat, soft_max, kqv mul_mat, cont, wo mul_mat, add, rms_norm+mul, up and gate
 # mul_mat, swiglu, down mul_mat, add (22); Qwen3's q/k norms add rms_norm+mul each (4); the embedding is a get_rows,
-# the head the final rms_norm+mul and its mul_mat. The MoE kinds are estimates (mul_mat_id per projection).
+# the head the final rms_norm+mul and its mul_mat. A shared expert's count is an estimate (a dense FFN's).
 GGML_OPS = {"embedding": 1, "decoder": 22, "attention": 15, "mlp": 7, "expert": 0, "shared-expert": 4, "norm": 2,
             "lm_head": 3}
 # A block's routed experts are operators of the block, not of each expert (llama-graph.cpp, build_moe_ffn): one

@@ -721,7 +721,8 @@ def test_llamacpp_prices_a_blocks_routed_experts_as_one_set_of_ggml_operators():
     """ggml multiplies a block's routed experts with one MUL_MAT_ID per fused weight, then a GLU, the routing
     weights' MUL and k - 1 ADDs (llama-graph.cpp, build_moe_ffn): 5 + 1 = 6 operators for k = 2, once per block and
     step whatever experts run. With every routed expert on the CPU and a CPU operator cost of 1 ms (all else
-    unchanged), a one-token step's expert items carry 4 blocks x 6 x 1 ms = 24 ms more than at no operator cost."""
+    unchanged), a one-token step's expert items carry 4 blocks x 6 x 1 ms = 24 ms more than at no operator cost;
+    the fit's linear count pays cpu_op_s 1 + 24 times a token (the embedding's GET_ROWS and the blocks' experts)."""
     from hwmodels.presets import load_machine
     from sim.shapes import ggml_moe_ops
     assert ggml_moe_ops(2) == 6 and ggml_moe_ops(8) == 12 and ggml_moe_ops(1) == 6  # one expert: a CONT, no ADD
@@ -737,6 +738,22 @@ def test_llamacpp_prices_a_blocks_routed_experts_as_one_set_of_ggml_operators():
         steps.append(sum(c for ui, s, c in zip(sch.unit, sch.step, sch.compute_s)
                          if s == 1 and shape.units[ui].kind == "expert"))
     assert steps[1] - steps[0] == pytest.approx(4 * 6 * 1e-3, rel=1e-9)
+    from validate.peer_calibration import features
+    run = PeerRun("ncmoe", plan, w, b, 1.0, float("nan"))
+    assert features(shape, run, ("cpu_op_s",)).tolist() == [25.0]
+
+
+def test_moe_routing_refuses_what_is_not_an_moe_of_the_harness(monkeypatch, capsys):
+    """benchmarks/moe_routing.py --arch must name an MoE of h200_matrix.ARCHS with a layer count: a dense
+    architecture, an unknown one or a bad count ends in one sentence naming the flag and the choices."""
+    import sys
+    from benchmarks import moe_routing
+    for bad in ("llama-8b:4", "nope:2", "qwen3-30b-a3b:x", "qwen3-30b-a3b:0"):
+        monkeypatch.setattr(sys, "argv", ["moe_routing.py", "--arch", bad])
+        with pytest.raises(SystemExit) as exc:
+            moe_routing.main()
+        message = str(exc.value)
+        assert message.startswith(f"--arch: {bad!r} is not NAME:LAYERS of an MoE") and "moe-8x2" in message
 
 
 def test_llamacpp_report_reads_n_cpu_moe_from_both_tools():

@@ -17,7 +17,8 @@ from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.compute import matrix_rows
 from sim.schedule import cpu_stream_bytes_per_s, graph_warmup_steps
-from sim.shapes import ATTENTION_KINDS, ModelShape, ggml_ops, ggml_weights, param_modules
+from sim.shapes import (ATTENTION_KINDS, GGML_MOE_WEIGHTS, ModelShape, ggml_moe_ops, ggml_ops, ggml_weights,
+                        param_modules)
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
@@ -60,15 +61,19 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
     """How many times per token the run pays each parameter."""
     t = run.plan.tiers()
     loaded = [u for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
-    ops = {dev: float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == dev))
-           for dev in ("cpu", "gpu")}
+    # a block's routed experts: one set of operators per block and step, where its experts are (sim.schedule)
+    expert_blocks = {dev: {u.block for u in model.units if u.kind == "expert" and t[u.name].compute == dev}
+                     for dev in ("cpu", "gpu")}
+    moe_ops = ggml_moe_ops(model.experts_per_token) if model.is_moe else 0
+    ops = {dev: float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == dev)
+                      + moe_ops * len(expert_blocks[dev])) for dev in ("cpu", "gpu")}
     rows = sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")
     attention = float(sum(u.kind in ATTENTION_KINDS for u in model.units if t[u.name].compute == "gpu"))
     tokens = run.workload.batch  # per decode step: one of every sequence
     multi = tokens > 1  # sim.compute.gpu_compute_s: any decode step of several sequences
     offload = run.plan.gpu_offload_min_tokens is not None and tokens >= run.plan.gpu_offload_min_tokens
-    splits = sum(ggml_weights(u.kind, model.family) for u in model.units
-                 if t[u.name].compute == "cpu" and u.kind != "embedding") if offload else 0
+    splits = sum(ggml_weights(u.kind, model.family) for u in model.units if t[u.name].compute == "cpu"
+                 and u.kind != "embedding") + GGML_MOE_WEIGHTS * len(expert_blocks["cpu"]) if offload else 0
     count = {"step_s": 1.0, "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
              "load_unit_s": float(len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"],
              "gpu_row_s": 0.0 if multi else rows, "gpu_multi_row_s": rows if multi else 0.0,
