@@ -81,9 +81,12 @@ def build(tarball: Path, root: Path, timeout_s: float, cuda: bool = True, fa: bo
     return out
 
 
-def write_gguf(ckpt: Path, config: dict, path: Path, gguf_py: Path) -> int:
+def write_gguf(ckpt: Path, config: dict, path: Path, gguf_py: Path, embed_scale: float = 1.0) -> int:
     """The checkpoint's weights as an F16 GGUF (norms F32) of llama.cpp's llama, qwen3 or qwen3moe architecture (its
-    routed experts stacked per block into ffn_{gate,up,down}_exps, as convert_hf_to_gguf.py writes them)."""
+    routed experts stacked per block into ffn_{gate,up,down}_exps, as convert_hf_to_gguf.py writes them). The token
+    embeddings are multiplied by embed_scale: large, each token's own embedding outweighs what attention mixes into
+    its hidden state, so an MoE's routers spread a prompt's tokens over the experts as a trained model's do
+    (benchmarks/moe_routing.py); no time of the run depends on the values otherwise."""
     sys.path.insert(0, str(gguf_py))
     import gguf
     import torch
@@ -123,6 +126,7 @@ def write_gguf(ckpt: Path, config: dict, path: Path, gguf_py: Path) -> int:
     tensors = {}
     for f in sorted(ckpt.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
+    tensors["model.embed_tokens.weight"] = tensors["model.embed_tokens.weight"] * embed_scale
     for name, t in moe_tensors(tensors).items():
         w.add_tensor(gguf_name(name), t.to(torch.float32 if t.dim() == 1 else torch.float16).numpy())
     if "lm_head.weight" not in tensors:
@@ -179,7 +183,7 @@ def bench(binary: str, model: Path, args: list[str], prompts: list[int], gen: in
     recs = json.loads(r.stdout)
     keep = ("n_prompt", "n_gen", "n_gpu_layers", "n_threads", "avg_ns", "stddev_ns", "samples_ns", "avg_ts",
             "flash_attn", "use_mmap", "n_batch", "n_ubatch", "type_k", "model_size", "model_n_params", "cpu_info",
-            "gpu_info", "build_commit", "tensor_buft_overrides", "n_cpu_moe")
+            "gpu_info", "build_commit", "tensor_buft_overrides", "n_cpu_moe", "load_mode", "no_host")
     out = [{k: rec.get(k) for k in keep} for rec in recs]
     log("llama-bench", " ".join(args), f"{time.perf_counter() - t:.0f}s",
         [f"p{o['n_prompt']} g{o['n_gen']}: {o['avg_ns'] / 1e9:.4f}s" for o in out])
@@ -369,6 +373,9 @@ def settings_of(a, layers: int, prompts: list[int], exports: list[dict]) -> list
     # every layer on the GPU but the routed experts of the first N blocks (MoE): as a user runs --n-cpu-moe N
     out += [("ngl", ["-ngl", str(layers + 1), "-ncmoe", str(n)], prompts, None)
             for n in dict.fromkeys(min(round(f * layers), layers) for f in a.ncmoe_shares)]
+    # the settings that keep weights on the CPU again with other arguments (e.g. -lm none: no mapped file)
+    out += [(kind, [*args, *extra], plens, None) for extra in a.variant for kind, args, plens, _ in list(out)
+            if "-ncmoe" in args or int(args[1]) <= layers]
     if a.batches:
         shares = [min(round(f * layers), layers + 1) for f in a.batch_ngl_shares]
         kvu = ["-kvu"] if a.batch_kvu else []  # one KV cache shared by the sequences, as --export llamacpp asks for
@@ -400,11 +407,12 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
     import torch
     ckpt, _, config, machine, entry = prepare(spec, work, "cuda" if torch.cuda.is_available() else "cpu",
                                               calibrated=not a.no_calibrate)
-    entry.update(llamacpp=[], exported=[])
+    entry.update(llamacpp=[], exported=[], embed_scale=a.embed_scale)
     result["archs"].append(entry)
     t = time.perf_counter()
     gguf_path = ckpt.parent / "model-f16.gguf"
-    entry["gguf_bytes"] = write_gguf(ckpt, config, gguf_path, Path(a.root) / "llama.cpp" / "gguf-py")
+    entry["gguf_bytes"] = write_gguf(ckpt, config, gguf_path, Path(a.root) / "llama.cpp" / "gguf-py",
+                                    a.embed_scale)
     shutil.rmtree(ckpt, ignore_errors=True)
     shape = load_model(str(gguf_path))
     entry["gguf_shape"] = json.loads(shape.model_dump_json())
@@ -483,6 +491,11 @@ def main() -> None:
     ap.add_argument("--ncmoe-shares", type=fractions, default=(), help="also time every layer on the GPU with the "
                     "routed experts of the first N blocks on the CPU (llama-bench -ncmoe N), N as shares of the "
                     "layers: MoE architectures")
+    ap.add_argument("--embed-scale", type=float, default=1.0, help="multiply the token embeddings by this (MoE: 200 "
+                    "spreads a prompt's tokens over the experts as a trained router does; benchmarks/moe_routing.py)")
+    ap.add_argument("--variant", type=arg_list, action="append", default=[], help="time the settings that keep "
+                    "weights on the CPU (-ngl sweep, -ncmoe) again with these llama-bench arguments added, e.g. "
+                    "--variant='-lm none' or --variant='--no-host 1'")
     ap.add_argument("--threads", default="", help="thread counts (-t) to time generation with, at --threads-at")
     ap.add_argument("--threads-at", type=float, default=0.5, help="the -ngl of the --threads runs, as a share of the "
                     "layers")
@@ -523,6 +536,8 @@ def main() -> None:
     ap.add_argument("--build-timeout-s", type=float, default=450)
     ap.add_argument("--budget-s", type=float, default=520, help="start no llama-bench run after this many seconds")
     a = ap.parse_args()
+    if not a.embed_scale > 0:
+        ap.error(f"--embed-scale: {a.embed_scale} is not a positive number; give e.g. 1 (as written) or 200")
     t0 = time.perf_counter()
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,10 @@ ARCHS = {
     "moe-8x2": ("qwen3-235b-a22b", dict(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
                                         num_key_value_heads=8, moe_intermediate_size=14336, num_experts=8,
                                         num_experts_per_tok=2, vocab_size=32000)),
+    # OLMoE-1B-7B's shape: 64 experts of 1024, eight per token
+    "moe-64x8": ("qwen3-235b-a22b", dict(num_hidden_layers=16, hidden_size=2048, num_attention_heads=16,
+                                         num_key_value_heads=16, moe_intermediate_size=1024,
+                                         num_experts=64, num_experts_per_tok=8, vocab_size=50304)),
 }
 T0 = time.perf_counter()
 

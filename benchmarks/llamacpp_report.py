@@ -139,7 +139,7 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
     for rec in pooled(entry["llamacpp"]):
         kind = rec.get("kind", "ngl")
         label = " ".join(rec["args"]) if kind == "threads" else f"-ngl {rec['n_gpu_layers']}" \
-            + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "")
+            + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "") + variant_of(rec.get("args") or [])
         out.append((kind, rec, run_of(rec, shape, machine, None, label)))
     for exp in entry["exported"]:
         if "error" in exp:
@@ -154,6 +154,14 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
                 out.append((kind, dict(rec, fraction=exp["fraction"]),
                             run_of(rec, shape, machine, plan, f"exported plan, GPU {exp['fraction']:.0%}{form}")))
     return out + batched_runs([r for r in entry["llamacpp"] if r.get("kind") == "batched"], shape, machine)
+
+
+def variant_of(args: list[str]) -> str:
+    """The llama-bench arguments of a setting besides its placement (-ngl N, -ncmoe N), e.g. ' -lm none'
+    (h200_llamacpp.py --variant), or ''."""
+    placement = ("-ngl", "-ncmoe")
+    rest = [a for i, a in enumerate(args) if a not in placement and not (i and args[i - 1] in placement)]
+    return " " + " ".join(rest) if rest else ""
 
 
 FIT_PROMPT = 128  # the prompt length of the prefill run fitted
