@@ -353,13 +353,14 @@ def exported(shape, machine, fraction: float, gen: int, batch: int = 1, prompt: 
     exp = to_llamacpp(shape, rep.plan, w, machine.cpu.cores)
     args = ["-ngl", str(exp["ngl"])] + (["-ncmoe", str(exp["n_cpu_moe"])] if exp.get("n_cpu_moe") else []) \
         + (["-ot", ";".join(exp["ot"])] if exp["ot"] else []) \
-        + (["-kvu"] if "-kvu" in exp["runtime_args"] else [])  # the sequences' KV cache as exported
+        + (["-kvu"] if "-kvu" in exp["runtime_args"] else []) \
+        + (["-lm", "none"] if "--no-mmap" in exp["args"] else [])  # llama-bench's --no-mmap
     return {"fraction": fraction, "batch": batch, "prompt": prompt, "vram_bytes": budgets.vram_bytes,
             "plan": json.loads(rep.plan.model_dump_json()),
             "export": exp, "bench_args": args}
 
 
-def settings_of(a, layers: int, prompts: list[int], exports: list[dict]) -> list[tuple]:
+def settings_of(a, layers: int, prompts: list[int], exports: list[dict], moe: bool = False) -> list[tuple]:
     """(kind, llama-bench args, prompt lengths, exported plan or None) for every setting of one architecture: the
     -ngl sweep, the thread counts at one -ngl, and each exported plan in its -ngl form and (for a leading CPU run)
     the same placement by -ot, whose layers keep their KV cache on the GPU."""
@@ -372,7 +373,7 @@ def settings_of(a, layers: int, prompts: list[int], exports: list[dict]) -> list
     out = [("ngl", ["-ngl", n], prompts, None) for n in dict.fromkeys(ngls) if n]  # --ngl "": no sweep
     # every layer on the GPU but the routed experts of the first N blocks (MoE): as a user runs --n-cpu-moe N
     out += [("ngl", ["-ngl", str(layers + 1), "-ncmoe", str(n)], prompts, None)
-            for n in dict.fromkeys(min(round(f * layers), layers) for f in a.ncmoe_shares)]
+            for n in dict.fromkeys(min(round(f * layers), layers) for f in a.ncmoe_shares) if moe]
     # the settings that keep weights on the CPU again with other arguments (e.g. -lm none: no mapped file)
     out += [(kind, [*args, *extra], plens, None) for extra in a.variant for kind, args, plens, _ in list(out)
             if "-ncmoe" in args or int(args[1]) <= layers]
@@ -430,7 +431,8 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
             entry["exported"].append({"fraction": fraction, "error": f"{type(exc).__name__}: {exc}",
                                       "trace": traceback.format_exc()[-1500:]})
             log(spec, "exported", fraction, "FAILED", exc)
-    settings = settings_of(a, layers, prompts, [e for e in entry["exported"] if "error" not in e])
+    settings = settings_of(a, layers, prompts, [e for e in entry["exported"] if "error" not in e],
+                           "moe_intermediate_size" in config)
     entry["host_before"] = host_state()
     entry["probes"] = []
     batches = list(a.batches)

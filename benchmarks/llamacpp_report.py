@@ -42,9 +42,17 @@ from validate.peer_calibration import PeerRun, fit, predict, with_peer
 HOST = load_machine("h200-testbox")
 
 
-def budgets(machine: MachineSpec) -> Budgets:
-    """The machine's whole GPU and 100 GiB of RAM, nothing pinned (llama.cpp maps the model file)."""
-    return Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
+def budgets(machine: MachineSpec, mapped: bool = True) -> Budgets:
+    """The machine's whole GPU and 100 GiB of RAM, nothing pinned when llama.cpp maps the model file, all of it when
+    it reads the file into pinned host buffers (mapped_of)."""
+    return Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0 if mapped else 100 * 2**30)
+
+
+def mapped_of(args: list[str]) -> bool:
+    """Whether a run's CPU weights are the mapped model file (llama.cpp's default) rather than its GPU's pinned host
+    buffers: -lm none (llama-bench) or --no-mmap reads the file into them, unless --no-host 1 keeps plain memory."""
+    joined = " ".join(args)
+    return not (("-lm none" in joined or "--no-mmap" in args) and "--no-host 1" not in joined)
 
 
 def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None, label: str) -> PeerRun:
@@ -52,8 +60,9 @@ def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None
     total over G tokens), a prompt test its first token."""
     gen = rec["n_gen"] > 0
     w = Workload(batch=1, prompt_tokens=1 if gen else rec["n_prompt"], new_tokens=rec["n_gen"] + 1 if gen else 1)
-    b = budgets(machine)
-    plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"], rec.get("n_cpu_moe") or 0)
+    mapped = mapped_of(rec.get("args") or [])
+    b = budgets(machine, mapped)
+    plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"], rec.get("n_cpu_moe") or 0, mapped)
     t = statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9  # robust to a slow first repetition
     # its warm-up run and the repetition before left the decode graph captured (the median repetition replays it)
     return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t,
@@ -104,12 +113,13 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
         name = f"{label or f'-ngl {ngl}'}{' ' + extra if extra else ''}, {b} sequences{room}"
         words = extra.split()
         ncmoe = int(words[words.index("-ncmoe") + 1]) if "-ncmoe" in words else 0
-        plan_b = plan or llamacpp_ngl(shape, machine, w, budgets(machine), ngl, ncmoe)
+        mapped = mapped_of(group[0].get("args", []))
+        plan_b = plan or llamacpp_ngl(shape, machine, w, budgets(machine, mapped), ngl, ncmoe, mapped)
         if "--no-op-offload" in words:  # CPU-held weights multiplied on the CPU at any step size
             plan_b = plan_b.model_copy(update={"gpu_offload_min_tokens": None})
         if head_override(group[0].get("args", [])):  # -ot sends the output head to the GPU
             plan_b = head_on_gpu(plan_b, shape)
-        run = PeerRun(name, plan_b, w, budgets(machine), statistics.median(steps), float("nan"))
+        run = PeerRun(name, plan_b, w, budgets(machine, mapped), statistics.median(steps), float("nan"))
         out.append((kind, dict(rec, kv_per_sequence=kv_per_sequence(kind, rec, run, shape)), run))
     return out
 
@@ -137,6 +147,8 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
     for the planner's plans as exported, 'exported_ot' for a plan's leading CPU run sent back by -ot instead."""
     out = []
     for rec in pooled(entry["llamacpp"]):
+        if rec.get("n_cpu_moe") and not shape.is_moe:  # a dense model has no routed experts: -ngl alone, again
+            continue  # (call AE timed it before the harness kept -ncmoe to MoE)
         kind = rec.get("kind", "ngl")
         label = " ".join(rec["args"]) if kind == "threads" else f"-ngl {rec['n_gpu_layers']}" \
             + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "") + variant_of(rec.get("args") or [])
@@ -280,6 +292,9 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls),
                          "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape),
+                         # its tokens spread over the experts as a trained router's do (h200_llamacpp --embed-scale)
+                         "spread_routing": shape.is_moe and e.get("embed_scale", 1.0) > 1,
+                         "pinned": not mapped_of(rec.get("args") or []),
                          "kv_per_sequence": rec.get("kv_per_sequence", False),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
@@ -443,6 +458,18 @@ def main() -> None:
         summary.update({f"MoE, {k}": v for k, v in part.items() if k in MOE_GROUPS or k.startswith("tg llamacpp-")})
         summary["MoE, tg, routed experts on the CPU"] = summarise(
             [r for r in moe if r["cpu_experts"]], fitted_archs, slow)["tg"]
+        for spread, name in ((False, "the random checkpoint's few experts"), (True, "tokens spread over the experts")):
+            part = summarise([r for r in moe if r["spread_routing"] == spread], fitted_archs, slow)
+            summary.update({f"MoE, {name}, {k}": part[k] for k in ("tg", "pp")})
+        for arch in sorted({r["arch"] for r in moe}):
+            part = summarise([r for r in moe if r["arch"] == arch and r["spread_routing"]], fitted_archs, slow)
+            summary.update({f"MoE {arch}, tokens spread, {k}": part[k] for k in ("tg", "pp") if part[k]["runs"]})
+    pinned = [r for r in rows if r["pinned"]]
+    if pinned:  # -lm none: the CPU's weights in pinned host buffers; the same placements mapped, beside them
+        for name, part in (("pinned (-lm none)", pinned), ("mapped, the same calls", [
+                r for r in rows if not r["pinned"] and r["file"] in {p["file"] for p in pinned}])):
+            got = summarise(part, fitted_archs, slow)
+            summary.update({f"CPU weights {name}, {k}": got[k] for k in ("tg", "pp")})
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:

@@ -6,7 +6,8 @@ engine's model (its pipeline and its measured host costs, machine.peers), and ev
   in before each forward (blocking, pageable, no prefetch), so a unit's cost off the GPU does not depend on the
   others: the best map keeps the units that cost most per byte off the GPU, a knapsack solved greedily by that
   density (exact up to the last unit that does not fit), and it is never worse than Accelerate's own map.
-- llamacpp: every `-ngl` value (the last N blocks on the GPU, the rest computed on the CPU), the fastest that fits.
+- llamacpp: every `-ngl` value (the last N blocks on the GPU, the rest computed on the CPU), its CPU weights mapped
+  or pinned (--no-mmap), the fastest that fits.
 - airllm: nothing to choose (every layer re-read every token); its time, or why it cannot run.
 """
 from __future__ import annotations
@@ -111,43 +112,51 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
 
 
 def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
-    """The fastest -ngl: the feasible values form a prefix (more blocks on the GPU need more VRAM), scanned coarsely,
-    then around the best with a halving step, then its neighbours."""
+    """The fastest -ngl, the CPU's weights mapped (llama.cpp's default) or pinned (--no-mmap, where the pinned
+    budget holds them; faster when a prefill multiplies them on the GPU): the feasible -ngl values form a prefix
+    (more blocks on the GPU need more VRAM), scanned coarsely, then around the best with a halving step, then its
+    neighbours. Ties go to more blocks on the GPU, then to the mapped file."""
     if model.family not in LLAMACPP_FAMILIES:
         raise PlanError(f"llama.cpp cannot run a {model.family!r} model; plan for accelerate or offloadsim instead")
 
-    made: dict[int, Plan | None] = {}
+    made: dict[tuple[int, bool], Plan | None] = {}
 
-    def plan_at(ngl: int) -> Plan | None:
-        if ngl not in made:
+    def plan_at(ngl: int, mapped: bool = True) -> Plan | None:
+        if (ngl, mapped) not in made:
             try:
-                made[ngl] = llamacpp_ngl(model, machine, w, budgets, ngl)
+                made[ngl, mapped] = llamacpp_ngl(model, machine, w, budgets, ngl, mapped=mapped)
             except PlanError:
-                made[ngl] = None
-        return made[ngl]
+                made[ngl, mapped] = None
+        return made[ngl, mapped]
     lo, hi = 0, model.n_blocks + 1  # the largest feasible ngl, by bisection
     if plan_at(0) is None:
         raise PlanError("llama.cpp cannot run this model at these budgets; raise --ram or --vram")
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if plan_at(mid) is not None else (lo, mid - 1)
-    times: dict[int, float] = {}
+    times: dict[tuple[int, bool], float] = {}
 
     def score(ngl: int) -> None:
-        if 0 <= ngl <= lo and ngl not in times:
-            times[ngl] = _score(_simulate(model, machine, plan_at(ngl), _ranking(w), budgets), w, objective)
+        for mapped in (True, False):
+            if 0 <= ngl <= lo and (ngl, mapped) not in times and plan_at(ngl, mapped) is not None:
+                times[ngl, mapped] = _score(_simulate(model, machine, plan_at(ngl, mapped), _ranking(w), budgets), w,
+                                            objective)
+
+    def best_ngl() -> int:
+        return min(times, key=lambda k: (times[k], -k[0], not k[1]))[0]
     step = max(1, lo // 8)
     for ngl in [*range(0, lo + 1, step), lo]:
         score(ngl)
-    best = min(times, key=lambda n: (times[n], -n))
+    best = best_ngl()
     while step > 1:  # halve the step around the best
         step = (step + 1) // 2
         score(best - step), score(best + step)
-        best = min(times, key=lambda n: (times[n], -n))
+        best = best_ngl()
     for ngl in (best - 1, best + 1):
         score(ngl)
-    best = min(times, key=lambda n: (times[n], -n))
-    return plan_at(best).model_copy(update={"policy": f"llamacpp-planned (-ngl {best})"})
+    ngl, mapped = min(times, key=lambda k: (times[k], -k[0], not k[1]))
+    return plan_at(ngl, mapped).model_copy(update={"policy": f"llamacpp-planned (-ngl {ngl}"
+                                                             f"{'' if mapped else ' --no-mmap'})"})
 
 
 def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,

@@ -140,11 +140,14 @@ def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
 
 
 def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, ngl: int | None,
-                 n_cpu_moe: int = 0) -> Plan:
+                 n_cpu_moe: int = 0, mapped: bool = True) -> Plan:
     """llama.cpp with `-ngl ngl` (None: as many layers as fit, as its --fit does): ngl 1 puts only the output head
     on the GPU, n_blocks + 1 everything but the embedding; `--n-cpu-moe n_cpu_moe` keeps the routed experts of the
-    first n_cpu_moe blocks on the CPU whatever -ngl says (the shared experts stay with their block). Raises
-    PlanError when that does not fit."""
+    first n_cpu_moe blocks on the CPU whatever -ngl says (the shared experts stay with their block). `mapped`: its
+    default, the CPU's weights are the mapped model file (pageable); with --no-mmap (llama-bench -lm none) it reads
+    them into its GPU's host buffer type, pinned (llama-model-loader.cpp: "avoid using a host buffer when using
+    mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned speed (5x faster,
+    calls AD and AE). Raises PlanError when that does not fit (unmapped: the pinned budget must hold them)."""
     cpu_experts = {u.name for u in model.units if u.kind == "expert" and u.block < n_cpu_moe}
     groups = [[n for n in g if n not in cpu_experts] for g in _blocks(model)]
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
@@ -158,7 +161,11 @@ def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
         on_gpu.update(g)
         gpu_left -= size[g[0]]
     cpu_names = [u.name for u in model.units if u.name not in on_gpu]
-    tiers = _host_tiers(model, cpu_names, budgets, 0, False)  # mmap: nothing pinned
+    tiers = _host_tiers(model, cpu_names, budgets, 0, not mapped)  # mmap: nothing pinned
+    if not mapped and any(tiers[n] != "ram_pinned" for n in cpu_names):
+        pinned = sum(model.unit(n).nbytes for n in cpu_names)
+        raise PlanError(f"llama.cpp --no-mmap pins its CPU weights ({pinned / 2**30:.2f} GiB) but the pinned budget "
+                        f"is {budgets.pinned_bytes / 2**30:.2f} GiB; raise --pinned or keep the mapped file")
     tiers.update({n: "vram" for n in on_gpu})
     compute = {n: "cpu" for n in cpu_names}
     plan = make_plan(model, machine, "llamacpp", tiers, compute, prefetch_depth=0, overlap_copy=False, vram_slots=1,

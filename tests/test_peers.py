@@ -776,6 +776,36 @@ def test_llamacpp_report_reads_n_cpu_moe_from_both_tools():
     assert run_b.measured_tpot_s == pytest.approx(0.01)
 
 
+def test_llamacpp_report_prices_a_run_without_mmap_pinned_and_names_its_variant():
+    """llama-bench -lm none (no mapped file) prices the CPU weights pinned, the default and --no-host 1 (plain
+    memory even without mmap) pageable; the run is named by its arguments besides the placement."""
+    from hwmodels.presets import load_machine
+    from benchmarks.llamacpp_report import mapped_of, run_of, variant_of
+    assert mapped_of(["-ngl", "3"]) and not mapped_of(["-ngl", "3", "-lm", "none"]) and not mapped_of(["--no-mmap"])
+    assert mapped_of(["-ngl", "3", "-lm", "none", "--no-host", "1"]) and mapped_of(["-lm", "mmap"])
+    assert variant_of(["-ngl", "13", "-ncmoe", "3", "-lm", "none"]) == " -lm none" and variant_of(["-ngl", "2"]) == ""
+    m = load_machine("h200-testbox")
+    rec = {"n_prompt": 128, "n_gen": 0, "n_gpu_layers": 3, "avg_ns": 1e8, "samples_ns": [1e8]}
+    tiers = {args: {p.tier for p in run_of(dict(rec, args=list(args)), LLAMA6, m, None, "x").plan.placements
+                    if p.compute == "cpu"} for args in (("-ngl", "3"), ("-ngl", "3", "-lm", "none"))}
+    assert tiers == {("-ngl", "3"): {"ram_pageable"}, ("-ngl", "3", "-lm", "none"): {"ram_pinned"}}
+
+
+def test_llamacpp_harness_times_n_cpu_moe_on_moe_only_and_variants_where_weights_stay_on_the_cpu():
+    """--ncmoe-shares adds -ncmoe settings for an MoE only (a dense model has no routed experts); --variant repeats
+    each setting that keeps weights on the CPU (an -ngl below every layer and the head, or -ncmoe) with its
+    arguments added. 4 blocks: shares 0 and 1.3 are -ngl 0 and 5 (everything), 0.5 of the blocks -ncmoe 2."""
+    import argparse
+    from benchmarks.h200_llamacpp import settings_of
+    a = argparse.Namespace(ngl_every=0, ngl_shares="0,1.3", ngl="", ncmoe_shares=(0.5,), batches=(), threads="",
+                           threads_at=0.5, ot=False, variant=[["-lm", "none"]])
+    dense = [args for kind, args, plens, exp in settings_of(a, 4, [32], [])]
+    assert dense == [["-ngl", "0"], ["-ngl", "5"], ["-ngl", "0", "-lm", "none"]]
+    moe = [args for kind, args, plens, exp in settings_of(a, 4, [32], [], moe=True)]
+    assert moe == [["-ngl", "0"], ["-ngl", "5"], ["-ngl", "5", "-ncmoe", "2"], ["-ngl", "0", "-lm", "none"],
+                   ["-ngl", "5", "-ncmoe", "2", "-lm", "none"]]
+
+
 def test_moe_gguf_tensors_stack_either_expert_layout():
     """transformers 5's fused experts (gate_up_proj [E, 2I, H], gate rows first; down_proj [E, H, I]) and
     transformers 4's one module per expert both become ffn_{gate,up,down}_exps of [experts, out, in], expert e at
@@ -797,3 +827,48 @@ def test_moe_gguf_tensors_stack_either_expert_layout():
     assert stacked["model.layers.1.mlp.experts.up_exps.weight"][2, 0, 0] == 21.0
     assert gguf_name("model.layers.1.mlp.experts.up_exps.weight") == "blk.1.ffn_up_exps.weight"
     assert gguf_name("model.layers.0.mlp.gate.weight") == "blk.0.ffn_gate_inp.weight"
+
+
+def test_llamacpp_no_mmap_pins_the_cpu_weights_and_a_prefill_copies_them_at_the_pinned_speed():
+    """llama.cpp maps the model file by default (its CPU weights pageable: "avoid using a host buffer when using
+    mmap"); with --no-mmap it reads them into CUDA_Host buffers, pinned. A 128-token prefill multiplies CPU-held
+    weights on the GPU, so each decoder is copied in at the link's pageable or pinned speed (sim.equations
+    copy_time_s); a token's decode computes them on the CPU either way. Without a pinned budget that holds them,
+    --no-mmap is refused in one sentence that names the budget."""
+    from hwmodels.presets import load_machine
+    from sim.equations import copy_time_s
+    m = load_machine("h200-testbox")
+    w = Workload(batch=1, prompt_tokens=128, new_tokens=2)
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36, pinned_bytes=2**36)
+    dec = next(u for u in LLAMA6.units if u.kind == "decoder")
+    for mapped, tier in ((True, "ram_pageable"), (False, "ram_pinned")):
+        plan = llamacpp_ngl(LLAMA6, m, w, b, 0, mapped=mapped)
+        assert {p.tier for p in plan.placements if p.compute == "cpu"} == {tier}
+        sch = build_schedule(LLAMA6, m, plan, w, b)
+        copies = [c for ui, s, c in zip(sch.unit, sch.step, sch.copy_s) if s == 0 and ui == LLAMA6.units.index(dec)]
+        assert copies == [pytest.approx(copy_time_s(dec.nbytes, m, pinned=not mapped))]
+    assert copy_time_s(dec.nbytes, m, pinned=True) < copy_time_s(dec.nbytes, m, pinned=False)
+    small = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36, pinned_bytes=2**30)
+    with pytest.raises(PlanError, match=r"--no-mmap pins its CPU weights .* pinned budget is 1\.00 GiB; raise --pinned"):
+        llamacpp_ngl(LLAMA6, m, w, small, 0, mapped=False)
+
+
+def test_llamacpp_planner_pins_the_cpu_weights_only_where_it_pays_and_the_export_says_no_mmap():
+    """plan --engine llamacpp: for a whole request (--objective total: its 512-token prompt counts) with a pinned
+    budget that holds the CPU weights, --no-mmap wins (its prefill copies them pinned); ranked by time per token
+    alone, the two tie and the mapped file (the default, nothing pinned) is kept; without a pinned budget it is
+    never chosen. The export writes --no-mmap exactly when the plan pins CPU weights."""
+    from hwmodels.presets import load_machine
+    from planner.export import to_llamacpp
+    m = load_machine("h200-testbox")
+    w = Workload(batch=1, prompt_tokens=512, new_tokens=4)
+    vram = LLAMA6.total_bytes // 2
+    pinned = Budgets(vram_bytes=vram, ram_bytes=2**36, pinned_bytes=2**36)
+    none = Budgets(vram_bytes=vram, ram_bytes=2**36, pinned_bytes=0)
+    req = plan_for_engine("llamacpp", LLAMA6, m, w, pinned, objective="total")
+    assert "--no-mmap" in req.plan.policy and "--no-mmap" in to_llamacpp(LLAMA6, req.plan, w)["args"]
+    mapped = plan_for_engine("llamacpp", LLAMA6, m, w, none, objective="total")
+    assert "--no-mmap" not in mapped.plan.policy and "--no-mmap" not in to_llamacpp(LLAMA6, mapped.plan, w)["args"]
+    assert req.summary["ttft_s"] < mapped.summary["ttft_s"]
+    tok = plan_for_engine("llamacpp", LLAMA6, m, w, pinned)
+    assert "--no-mmap" not in tok.plan.policy
