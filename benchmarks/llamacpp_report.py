@@ -150,6 +150,8 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
         if rec.get("n_cpu_moe") and not shape.is_moe:  # a dense model has no routed experts: -ngl alone, again
             continue  # (call AE timed it before the harness kept -ncmoe to MoE)
         kind = rec.get("kind", "ngl")
+        if "-t" in (rec.get("args") or []):  # another thread count (--variant='-t 8'): not priced as run
+            kind = "threads"
         label = " ".join(rec["args"]) if kind == "threads" else f"-ngl {rec['n_gpu_layers']}" \
             + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "") + variant_of(rec.get("args") or [])
         out.append((kind, rec, run_of(rec, shape, machine, None, label)))
@@ -340,9 +342,9 @@ FA_BUILD = "flash-attention build"  # llama.cpp's default build (flash_attention
 FA_GROUPS = ("tg", "pp", "tg, shapes never fitted", "tg exported, -ngl form", "batched, B > 1",
              "batched, a KV cache per sequence on both devices (not priced as run)")
 
-MOE_GROUPS = ("tg", "pp", "tg, shapes never fitted", "tg exported, -ngl form", "batched, B > 1")
-
 STEADY_PCT = 15  # runs whose repetitions (pooled over rounds) spread less than this: the host held still
+MOE_GROUPS = ("tg", "pp", "tg, shapes never fitted", f"tg, run-to-run sd under {STEADY_PCT}%", "tg exported, -ngl form",
+              "batched, B > 1")
 
 
 EXPORT_PCT = 15  # an exported plan, run by its engine, within this share of the time predicted for it (issue 11)

@@ -146,8 +146,8 @@ def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     first n_cpu_moe blocks on the CPU whatever -ngl says (the shared experts stay with their block). `mapped`: its
     default, the CPU's weights are the mapped model file (pageable); with --no-mmap (llama-bench -lm none) it reads
     them into its GPU's host buffer type, pinned (llama-model-loader.cpp: "avoid using a host buffer when using
-    mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned speed (5x faster,
-    calls AD and AE). Raises PlanError when that does not fit (unmapped: the pinned budget must hold them)."""
+    mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned speed (calls AD and
+    AE, docs/peers.md). Raises PlanError when that does not fit (unmapped: the pinned budget must hold them)."""
     cpu_experts = {u.name for u in model.units if u.kind == "expert" and u.block < n_cpu_moe}
     groups = [[n for n in g if n not in cpu_experts] for g in _blocks(model)]
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}

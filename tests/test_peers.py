@@ -778,17 +778,23 @@ def test_llamacpp_report_reads_n_cpu_moe_from_both_tools():
 
 def test_llamacpp_report_prices_a_run_without_mmap_pinned_and_names_its_variant():
     """llama-bench -lm none (no mapped file) prices the CPU weights pinned, the default and --no-host 1 (plain
-    memory even without mmap) pageable; the run is named by its arguments besides the placement."""
+    memory even without mmap) pageable; the run is named by its arguments besides the placement, and one with
+    another thread count (-t) is kept apart as not priced as run."""
     from hwmodels.presets import load_machine
     from benchmarks.llamacpp_report import mapped_of, run_of, variant_of
     assert mapped_of(["-ngl", "3"]) and not mapped_of(["-ngl", "3", "-lm", "none"]) and not mapped_of(["--no-mmap"])
     assert mapped_of(["-ngl", "3", "-lm", "none", "--no-host", "1"]) and mapped_of(["-lm", "mmap"])
     assert variant_of(["-ngl", "13", "-ncmoe", "3", "-lm", "none"]) == " -lm none" and variant_of(["-ngl", "2"]) == ""
     m = load_machine("h200-testbox")
-    rec = {"n_prompt": 128, "n_gen": 0, "n_gpu_layers": 3, "avg_ns": 1e8, "samples_ns": [1e8]}
+    rec = {"n_prompt": 128, "n_gen": 0, "n_gpu_layers": 3, "avg_ns": 1e8, "samples_ns": [1e8], "stddev_ns": 0}
     tiers = {args: {p.tier for p in run_of(dict(rec, args=list(args)), LLAMA6, m, None, "x").plan.placements
                     if p.compute == "cpu"} for args in (("-ngl", "3"), ("-ngl", "3", "-lm", "none"))}
     assert tiers == {("-ngl", "3"): {"ram_pageable"}, ("-ngl", "3", "-lm", "none"): {"ram_pinned"}}
+    from benchmarks.llamacpp_report import runs_of
+    entry = {"llamacpp": [dict(rec, args=["-ngl", "3", *extra]) for extra in ([], ["-t", "8"], ["--poll", "100"])],
+             "exported": []}
+    kinds = {run.label: kind for kind, _, run in runs_of(entry, LLAMA6, m)}
+    assert kinds == {"-ngl 3": "ngl", "-ngl 3 -t 8": "threads", "-ngl 3 --poll 100": "ngl"}  # -t: not priced as run
 
 
 def test_llamacpp_harness_times_n_cpu_moe_on_moe_only_and_variants_where_weights_stay_on_the_cpu():
