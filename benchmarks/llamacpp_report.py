@@ -48,11 +48,17 @@ def budgets(machine: MachineSpec, mapped: bool = True) -> Budgets:
     return Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0 if mapped else 100 * 2**30)
 
 
+UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")  # llama-model-loader.cpp: only auto, mmap and mmap+mlock map the file
+
+
 def mapped_of(args: list[str]) -> bool:
     """Whether a run's CPU weights are the mapped model file (llama.cpp's default) rather than its GPU's pinned host
-    buffers: -lm none (llama-bench) or --no-mmap reads the file into them, unless --no-host 1 keeps plain memory."""
-    joined = " ".join(args)
-    return not (("-lm none" in joined or "--no-mmap" in args) and "--no-host 1" not in joined)
+    buffers: a load mode that does not map the file (-lm/--load-mode none, mlock or dio; older builds' --no-mmap or
+    llama-bench -mmp 0) reads it into them, unless --no-host 1 keeps plain memory."""
+    value = {a: args[i + 1] for i, a in enumerate(args[:-1])}
+    unmapped = (value.get("-lm") or value.get("--load-mode")) in UNMAPPED_LOAD_MODES or "--no-mmap" in args \
+        or (value.get("-mmp") or value.get("--mmap")) == "0"
+    return not unmapped or value.get("--no-host") == "1"
 
 
 def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None, label: str) -> PeerRun:

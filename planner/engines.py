@@ -7,7 +7,7 @@ engine's model (its pipeline and its measured host costs, machine.peers), and ev
   others: the best map keeps the units that cost most per byte off the GPU, a knapsack solved greedily by that
   density (exact up to the last unit that does not fit), and it is never worse than Accelerate's own map.
 - llamacpp: every `-ngl` value (the last N blocks on the GPU, the rest computed on the CPU), its CPU weights mapped
-  or pinned (--no-mmap), the fastest that fits.
+  or pinned (--load-mode none), the fastest that fits.
 - airllm: nothing to choose (every layer re-read every token); its time, or why it cannot run.
 """
 from __future__ import annotations
@@ -112,7 +112,7 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
 
 
 def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
-    """The fastest -ngl, the CPU's weights mapped (llama.cpp's default) or pinned (--no-mmap, where the pinned
+    """The fastest -ngl, the CPU's weights mapped (llama.cpp's default) or pinned (--load-mode none, where the pinned
     budget holds them; faster when a prefill multiplies them on the GPU): the feasible -ngl values form a prefix
     (more blocks on the GPU need more VRAM), scanned coarsely, then around the best with a halving step, then its
     neighbours. Ties go to more blocks on the GPU, then to the mapped file."""
@@ -156,7 +156,7 @@ def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
         score(ngl)
     ngl, mapped = min(times, key=lambda k: (times[k], -k[0], not k[1]))
     return plan_at(ngl, mapped).model_copy(update={"policy": f"llamacpp-planned (-ngl {ngl}"
-                                                             f"{'' if mapped else ' --no-mmap'})"})
+                                                             f"{'' if mapped else ' --load-mode none'})"})
 
 
 def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,

@@ -83,7 +83,7 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     blocks that are the first ones are left to `-ngl` (llama.cpp's own split: the last N layers, the output counted
     first, on the GPU, each CPU layer with its KV cache in RAM); the routed experts of the blocks right after them,
     to `--n-cpu-moe N` (the experts of blocks 0..N-1 on the CPU; 'n_cpu_moe'); other CPU blocks, expert tensors and
-    a CPU head go by anchored -ot rules; CPU weights the plan pins, to --no-mmap. `args` is the placement;
+    a CPU head go by anchored -ot rules; CPU weights the plan pins, to --load-mode none. `args` is the placement;
     `runtime_args` the request's context, slots and threads (llamacpp_runtime); `command` both, shell-quoted."""
     if model.family not in LLAMACPP_FAMILIES:
         raise InputError(f"export: llama.cpp cannot run a {model.family!r} model; export for accelerate instead "
@@ -127,8 +127,10 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     if not head_gpu and ngl > 0:
         ot.append("^output\\.weight$=CPU")
     args = ["-ngl", str(ngl)] + (["--n-cpu-moe", str(n_cpu_moe)] if n_cpu_moe else [])
-    # the plan's CPU weights pinned: llama.cpp reads them into its GPU's pinned host buffers only without mmap
-    args += ["--no-mmap"] if any(p.tier == "ram_pinned" and p.compute == "cpu" for p in plan.placements) else []
+    # the plan's CPU weights pinned: llama.cpp reads them into its GPU's pinned host buffers only when it does not
+    # map the file (--load-mode none; builds before the option was added: --no-mmap)
+    pinned = any(p.tier == "ram_pinned" and p.compute == "cpu" for p in plan.placements)
+    args += ["--load-mode", "none"] if pinned else []
     for rule in ot:
         re.compile(rule.rsplit("=", 1)[0])  # every pattern must be a valid regex
         args += ["-ot", rule]

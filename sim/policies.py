@@ -144,10 +144,10 @@ def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     """llama.cpp with `-ngl ngl` (None: as many layers as fit, as its --fit does): ngl 1 puts only the output head
     on the GPU, n_blocks + 1 everything but the embedding; `--n-cpu-moe n_cpu_moe` keeps the routed experts of the
     first n_cpu_moe blocks on the CPU whatever -ngl says (the shared experts stay with their block). `mapped`: its
-    default, the CPU's weights are the mapped model file (pageable); with --no-mmap (llama-bench -lm none) it reads
-    them into its GPU's host buffer type, pinned (llama-model-loader.cpp: "avoid using a host buffer when using
-    mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned speed (calls AD and
-    AE, docs/peers.md). Raises PlanError when that does not fit (unmapped: the pinned budget must hold them)."""
+    default, the CPU's weights are the mapped model file (pageable); with --load-mode none (older builds:
+    --no-mmap) it reads them into its GPU's host buffer type, pinned (llama-model-loader.cpp: "avoid using a host
+    buffer when using mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned
+    speed (calls AD and AE, docs/peers.md). Raises PlanError when that does not fit (unmapped: the pinned budget must hold them)."""
     cpu_experts = {u.name for u in model.units if u.kind == "expert" and u.block < n_cpu_moe}
     groups = [[n for n in g if n not in cpu_experts] for g in _blocks(model)]
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
@@ -164,8 +164,8 @@ def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     tiers = _host_tiers(model, cpu_names, budgets, 0, not mapped)  # mmap: nothing pinned
     if not mapped and any(tiers[n] != "ram_pinned" for n in cpu_names):
         pinned = sum(model.unit(n).nbytes for n in cpu_names)
-        raise PlanError(f"llama.cpp --no-mmap pins its CPU weights ({pinned / 2**30:.2f} GiB) but the pinned budget "
-                        f"is {budgets.pinned_bytes / 2**30:.2f} GiB; raise --pinned or keep the mapped file")
+        raise PlanError(f"llama.cpp --load-mode none pins its CPU weights ({pinned / 2**30:.2f} GiB) but the pinned "
+                        f"budget is {budgets.pinned_bytes / 2**30:.2f} GiB; raise --pinned or keep the mapped file")
     tiers.update({n: "vram" for n in on_gpu})
     compute = {n: "cpu" for n in cpu_names}
     plan = make_plan(model, machine, "llamacpp", tiers, compute, prefetch_depth=0, overlap_copy=False, vram_slots=1,

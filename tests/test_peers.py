@@ -783,6 +783,7 @@ def test_llamacpp_report_prices_a_run_without_mmap_pinned_and_names_its_variant(
     from hwmodels.presets import load_machine
     from benchmarks.llamacpp_report import mapped_of, run_of, variant_of
     assert mapped_of(["-ngl", "3"]) and not mapped_of(["-ngl", "3", "-lm", "none"]) and not mapped_of(["--no-mmap"])
+    assert not mapped_of(["--load-mode", "mlock"]) and not mapped_of(["-mmp", "0"]) and mapped_of(["-lm", "mmap+mlock"])
     assert mapped_of(["-ngl", "3", "-lm", "none", "--no-host", "1"]) and mapped_of(["-lm", "mmap"])
     assert variant_of(["-ngl", "13", "-ncmoe", "3", "-lm", "none"]) == " -lm none" and variant_of(["-ngl", "2"]) == ""
     m = load_machine("h200-testbox")
@@ -837,10 +838,10 @@ def test_moe_gguf_tensors_stack_either_expert_layout():
 
 def test_llamacpp_no_mmap_pins_the_cpu_weights_and_a_prefill_copies_them_at_the_pinned_speed():
     """llama.cpp maps the model file by default (its CPU weights pageable: "avoid using a host buffer when using
-    mmap"); with --no-mmap it reads them into CUDA_Host buffers, pinned. A 128-token prefill multiplies CPU-held
+    mmap"); with --load-mode none it reads them into CUDA_Host buffers, pinned. A 128-token prefill multiplies CPU-held
     weights on the GPU, so each decoder is copied in at the link's pageable or pinned speed (sim.equations
     copy_time_s); a token's decode computes them on the CPU either way. Without a pinned budget that holds them,
-    --no-mmap is refused in one sentence that names the budget."""
+    that is refused in one sentence that names the budget."""
     from hwmodels.presets import load_machine
     from sim.equations import copy_time_s
     m = load_machine("h200-testbox")
@@ -855,15 +856,15 @@ def test_llamacpp_no_mmap_pins_the_cpu_weights_and_a_prefill_copies_them_at_the_
         assert copies == [pytest.approx(copy_time_s(dec.nbytes, m, pinned=not mapped))]
     assert copy_time_s(dec.nbytes, m, pinned=True) < copy_time_s(dec.nbytes, m, pinned=False)
     small = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36, pinned_bytes=2**30)
-    with pytest.raises(PlanError, match=r"--no-mmap pins its CPU weights .* pinned budget is 1\.00 GiB; raise --pinned"):
+    with pytest.raises(PlanError, match=r"--load-mode none pins its CPU weights .* 1\.00 GiB; raise --pinned"):
         llamacpp_ngl(LLAMA6, m, w, small, 0, mapped=False)
 
 
-def test_llamacpp_planner_pins_the_cpu_weights_only_where_it_pays_and_the_export_says_no_mmap():
+def test_llamacpp_planner_pins_the_cpu_weights_only_where_it_pays_and_the_export_says_load_mode_none():
     """plan --engine llamacpp: for a whole request (--objective total: its 512-token prompt counts) with a pinned
-    budget that holds the CPU weights, --no-mmap wins (its prefill copies them pinned); ranked by time per token
-    alone, the two tie and the mapped file (the default, nothing pinned) is kept; without a pinned budget it is
-    never chosen. The export writes --no-mmap exactly when the plan pins CPU weights."""
+    budget that holds the CPU weights, --load-mode none wins (its prefill copies them pinned); ranked by time per
+    token alone, the two tie and the mapped file (the default, nothing pinned) is kept; without a pinned budget it is
+    never chosen. The export writes it exactly when the plan pins CPU weights (this llama.cpp has no --no-mmap)."""
     from hwmodels.presets import load_machine
     from planner.export import to_llamacpp
     m = load_machine("h200-testbox")
@@ -872,9 +873,11 @@ def test_llamacpp_planner_pins_the_cpu_weights_only_where_it_pays_and_the_export
     pinned = Budgets(vram_bytes=vram, ram_bytes=2**36, pinned_bytes=2**36)
     none = Budgets(vram_bytes=vram, ram_bytes=2**36, pinned_bytes=0)
     req = plan_for_engine("llamacpp", LLAMA6, m, w, pinned, objective="total")
-    assert "--no-mmap" in req.plan.policy and "--no-mmap" in to_llamacpp(LLAMA6, req.plan, w)["args"]
+    pin = ["--load-mode", "none"]
+    exp = to_llamacpp(LLAMA6, req.plan, w)
+    assert "--load-mode none" in req.plan.policy and exp["args"][2:4] == pin and "--load-mode none" in exp["command"]
     mapped = plan_for_engine("llamacpp", LLAMA6, m, w, none, objective="total")
-    assert "--no-mmap" not in mapped.plan.policy and "--no-mmap" not in to_llamacpp(LLAMA6, mapped.plan, w)["args"]
+    assert "--load-mode" not in mapped.plan.policy and "--load-mode" not in to_llamacpp(LLAMA6, mapped.plan, w)["args"]
     assert req.summary["ttft_s"] < mapped.summary["ttft_s"]
     tok = plan_for_engine("llamacpp", LLAMA6, m, w, pinned)
-    assert "--no-mmap" not in tok.plan.policy
+    assert "--load-mode" not in tok.plan.policy
