@@ -6,8 +6,9 @@ engine's model (its pipeline and its measured host costs, machine.peers), and ev
   in before each forward (blocking, pageable, no prefetch), so a unit's cost off the GPU does not depend on the
   others: the best map keeps the units that cost most per byte off the GPU, a knapsack solved greedily by that
   density (exact up to the last unit that does not fit), and it is never worse than Accelerate's own map.
-- llamacpp: every `-ngl` value (the last N blocks on the GPU, the rest computed on the CPU), its CPU weights mapped
-  or pinned (--load-mode none), the fastest that fits.
+- llamacpp: every `-ngl` value (the last N blocks on the GPU, the rest computed on the CPU) and, for an MoE, every
+  `--n-cpu-moe` value with all layers on the GPU; its CPU weights mapped or pinned (--load-mode none); the fastest
+  that fits.
 - airllm: nothing to choose (every layer re-read every token); its time, or why it cannot run.
 """
 from __future__ import annotations
@@ -112,51 +113,65 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
 
 
 def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
-    """The fastest -ngl, the CPU's weights mapped (llama.cpp's default) or pinned (--load-mode none, where the pinned
-    budget holds them; faster when a prefill multiplies them on the GPU): the feasible -ngl values form a prefix
-    (more blocks on the GPU need more VRAM), scanned coarsely, then around the best with a halving step, then its
-    neighbours. Ties go to more blocks on the GPU, then to the mapped file."""
+    """The fastest placement llama.cpp can run: `-ngl N` (the last N layers on the GPU, the output counted first)
+    and, for an MoE, every layer on the GPU but the routed experts of the first N blocks (`--n-cpu-moe N`, as its
+    users offload one); the CPU's weights mapped (its default) or pinned (--load-mode none, where the pinned budget
+    holds them; faster when a prefill multiplies them on the GPU). In each family the feasible values form a prefix
+    of how much is on the GPU (more needs more VRAM): the largest is found by bisection, the values scanned
+    coarsely, then around the family's best with a halving step, then its neighbours. Ties go to fewer bytes
+    computed on the CPU, then to the mapped file."""
     if model.family not in LLAMACPP_FAMILIES:
         raise PlanError(f"llama.cpp cannot run a {model.family!r} model; plan for accelerate or offloadsim instead")
+    n = model.n_blocks
+    made: dict[tuple[int, int, bool], Plan | None] = {}
 
-    made: dict[tuple[int, bool], Plan | None] = {}
-
-    def plan_at(ngl: int, mapped: bool = True) -> Plan | None:
-        if (ngl, mapped) not in made:
+    def plan_at(ngl: int, ncmoe: int, mapped: bool = True) -> Plan | None:
+        if (ngl, ncmoe, mapped) not in made:
             try:
-                made[ngl, mapped] = llamacpp_ngl(model, machine, w, budgets, ngl, mapped=mapped)
+                made[ngl, ncmoe, mapped] = llamacpp_ngl(model, machine, w, budgets, ngl, ncmoe, mapped)
             except PlanError:
-                made[ngl, mapped] = None
-        return made[ngl, mapped]
-    lo, hi = 0, model.n_blocks + 1  # the largest feasible ngl, by bisection
-    if plan_at(0) is None:
+                made[ngl, ncmoe, mapped] = None
+        return made[ngl, ncmoe, mapped]
+    if plan_at(0, 0) is None:
         raise PlanError("llama.cpp cannot run this model at these budgets; raise --ram or --vram")
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if plan_at(mid) is not None else (lo, mid - 1)
-    times: dict[tuple[int, bool], float] = {}
+    times: dict[tuple[int, int, bool], tuple[float, int]] = {}  # (ngl, ncmoe, mapped) -> (time, CPU bytes)
+    # a family: the placement of its value g (how much is on the GPU), and g's largest value
+    families = [(lambda g: (g, 0), n + 1)]
+    if model.is_moe:
+        families.append((lambda g: (n + 1, n - g), n))
+    for key_of, top in families:
+        lo, hi = 0, top
+        if plan_at(*key_of(0)) is None:
+            continue
+        while lo < hi:  # the largest feasible g, by bisection
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if plan_at(*key_of(mid)) is not None else (lo, mid - 1)
+        mine: dict[int, tuple[float, int]] = {}
 
-    def score(ngl: int) -> None:
-        for mapped in (True, False):
-            if 0 <= ngl <= lo and (ngl, mapped) not in times and plan_at(ngl, mapped) is not None:
-                times[ngl, mapped] = _score(_simulate(model, machine, plan_at(ngl, mapped), _ranking(w), budgets), w,
-                                            objective)
+        def score(g: int) -> None:
+            for mapped in (True, False):
+                key = (*key_of(g), mapped)
+                if 0 <= g <= lo and key not in times and plan_at(*key) is not None:
+                    plan = plan_at(*key)
+                    t = _score(_simulate(model, machine, plan, _ranking(w), budgets), w, objective)
+                    times[key] = (t, sum(model.unit(p.unit).nbytes for p in plan.placements if p.compute == "cpu"))
+                    mine[g] = min(mine.get(g, times[key]), times[key])
 
-    def best_ngl() -> int:
-        return min(times, key=lambda k: (times[k], -k[0], not k[1]))[0]
-    step = max(1, lo // 8)
-    for ngl in [*range(0, lo + 1, step), lo]:
-        score(ngl)
-    best = best_ngl()
-    while step > 1:  # halve the step around the best
-        step = (step + 1) // 2
-        score(best - step), score(best + step)
-        best = best_ngl()
-    for ngl in (best - 1, best + 1):
-        score(ngl)
-    ngl, mapped = min(times, key=lambda k: (times[k], -k[0], not k[1]))
-    return plan_at(ngl, mapped).model_copy(update={"policy": f"llamacpp-planned (-ngl {ngl}"
-                                                             f"{'' if mapped else ' --load-mode none'})"})
+        def best() -> int:
+            return min(mine, key=lambda g: mine[g])
+        step = max(1, lo // 8)
+        for g in [*range(0, lo + 1, step), lo]:
+            score(g)
+        while step > 1:  # halve the step around the best
+            step = (step + 1) // 2
+            b = best()
+            score(b - step), score(b + step)
+        b = best()
+        score(b - 1), score(b + 1)
+    ngl, ncmoe, mapped = min(times, key=lambda k: (*times[k], not k[2]))
+    return plan_at(ngl, ncmoe, mapped).model_copy(update={
+        "policy": f"llamacpp-planned (-ngl {ngl}{f' --n-cpu-moe {ncmoe}' if ncmoe else ''}"
+                  f"{'' if mapped else ' --load-mode none'})"})
 
 
 def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,

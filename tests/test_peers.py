@@ -881,3 +881,37 @@ def test_llamacpp_planner_pins_the_cpu_weights_only_where_it_pays_and_the_export
     assert req.summary["ttft_s"] < mapped.summary["ttft_s"]
     tok = plan_for_engine("llamacpp", LLAMA6, m, w, pinned)
     assert "--load-mode" not in tok.plan.policy
+
+
+def test_llamacpp_planner_offloads_an_moes_routed_experts_with_n_cpu_moe_when_that_is_fastest():
+    """plan --engine llamacpp on an MoE searches --n-cpu-moe N (every layer on the GPU but the routed experts of
+    the first N blocks) beside -ngl: with half the weights' VRAM, its plan is no slower than any -ngl placement that
+    fits, keeps the attention of every block on the GPU, and exports as --n-cpu-moe N; with all the VRAM it needs,
+    nothing is left on the CPU but the embedding (the tie goes to fewer CPU bytes)."""
+    from hwmodels.presets import load_machine
+    from planner.engines import _simulate
+    from planner.export import to_llamacpp
+    m = load_machine("h200-testbox")
+    shape = shape_from_config(dict(MOE_CFG, hidden_size=2048, moe_intermediate_size=1024, num_local_experts=64,
+                                   num_experts_per_tok=8, head_dim=128, num_attention_heads=16,
+                                   num_key_value_heads=16))  # OLMoE's layer, as call AE timed it
+    w = Workload(batch=1, prompt_tokens=1, new_tokens=4)
+    b = Budgets(vram_bytes=shape.total_bytes // 2, ram_bytes=2**36, pinned_bytes=0)
+    rep = plan_for_engine("llamacpp", shape, m, w, b)
+    ngl_only = []
+    for ngl in range(shape.n_blocks + 2):
+        try:
+            ngl_only.append(_simulate(shape, m, llamacpp_ngl(shape, m, w, b, ngl), w, b)["time_per_token_s"])
+        except PlanError:
+            pass
+    assert ngl_only and rep.time_per_token_s <= min(ngl_only) * (1 + 1e-9)
+    assert "--n-cpu-moe" in rep.plan.policy
+    t = rep.plan.tiers()
+    assert all(t[u.name].compute == "gpu" for u in shape.units if u.kind == "decoder")
+    exp = to_llamacpp(shape, rep.plan, w)
+    n = exp["n_cpu_moe"]
+    assert exp["args"][:4] == ["-ngl", str(shape.n_blocks + 1), "--n-cpu-moe", str(n)] and 0 < n <= shape.n_blocks
+    assert {u.block for u in shape.units if u.kind == "expert" and t[u.name].compute == "cpu"} == set(range(n))
+    full = plan_for_engine("llamacpp", shape, m, w, Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36,
+                                                            pinned_bytes=0))
+    assert {u.kind for u in shape.units if full.plan.tiers()[u.name].compute == "cpu"} == {"embedding"}
