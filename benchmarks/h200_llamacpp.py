@@ -354,7 +354,8 @@ def exported(shape, machine, fraction: float, gen: int, batch: int = 1, prompt: 
     args = ["-ngl", str(exp["ngl"])] + (["-ncmoe", str(exp["n_cpu_moe"])] if exp.get("n_cpu_moe") else []) \
         + (["-ot", ";".join(exp["ot"])] if exp["ot"] else []) \
         + (["-kvu"] if "-kvu" in exp["runtime_args"] else []) \
-        + (["-lm", "none"] if "--load-mode" in exp["args"] else [])  # llama-bench's spelling
+        + (["-lm", "none"] if "--load-mode" in exp["args"] else []) \
+        + (["--poll", "100"] if "--poll" in exp["runtime_args"] else [])  # llama-bench's spelling of both
     return {"fraction": fraction, "batch": batch, "prompt": prompt, "vram_bytes": budgets.vram_bytes,
             "plan": json.loads(rep.plan.model_dump_json()),
             "export": exp, "bench_args": args}

@@ -84,7 +84,8 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     first, on the GPU, each CPU layer with its KV cache in RAM); the routed experts of the blocks right after them,
     to `--n-cpu-moe N` (the experts of blocks 0..N-1 on the CPU; 'n_cpu_moe'); other CPU blocks, expert tensors and
     a CPU head go by anchored -ot rules; CPU weights the plan pins, to --load-mode none. `args` is the placement;
-    `runtime_args` the request's context, slots and threads (llamacpp_runtime); `command` both, shell-quoted."""
+    `runtime_args` the request's context, slots and threads (llamacpp_runtime; --poll 100 where CPU turns come
+    between GPU blocks); `command` both, shell-quoted."""
     if model.family not in LLAMACPP_FAMILIES:
         raise InputError(f"export: llama.cpp cannot run a {model.family!r} model; export for accelerate instead "
                          "(--export accelerate).")
@@ -135,6 +136,10 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
         re.compile(rule.rsplit("=", 1)[0])  # every pattern must be a valid regex
         args += ["-ot", rule]
     program, runtime = llamacpp_runtime(workload, threads)
+    if cpu_experts or cpu_blocks:  # the CPU's turns come between the GPU's blocks, several a token
+        # between them ggml's CPU threads stop polling and sleep: Qwen3-30B-A3B's layer, --n-cpu-moe 3 and 6, took
+        # 5.0 and 8.1 ms a token, 4.2 and 7.4 with --poll 100, as priced (call AF, docs/peers.md)
+        runtime += ["--poll", "100"]
     command = f"{program} -m MODEL.gguf " + " ".join(shlex.quote(a) for a in args + runtime)
     return {"args": args, "ngl": ngl, "n_cpu_moe": n_cpu_moe, "ot": ot, "runtime_args": runtime, "command": command,
             "notes": sorted(set(notes))}

@@ -886,7 +886,8 @@ def test_llamacpp_planner_pins_the_cpu_weights_only_where_it_pays_and_the_export
 def test_llamacpp_planner_offloads_an_moes_routed_experts_with_n_cpu_moe_when_that_is_fastest():
     """plan --engine llamacpp on an MoE searches --n-cpu-moe N (every layer on the GPU but the routed experts of
     the first N blocks) beside -ngl: with half the weights' VRAM, its plan is no slower than any -ngl placement that
-    fits, keeps the attention of every block on the GPU, and exports as --n-cpu-moe N; with all the VRAM it needs,
+    fits, keeps the attention of every block on the GPU, and exports as --n-cpu-moe N with --poll 100 (the CPU's
+    turns come between the GPU's blocks); with all the VRAM it needs,
     nothing is left on the CPU but the embedding (the tie goes to fewer CPU bytes)."""
     from hwmodels.presets import load_machine
     from planner.engines import _simulate
@@ -911,6 +912,7 @@ def test_llamacpp_planner_offloads_an_moes_routed_experts_with_n_cpu_moe_when_th
     exp = to_llamacpp(shape, rep.plan, w)
     n = exp["n_cpu_moe"]
     assert exp["args"][:4] == ["-ngl", str(shape.n_blocks + 1), "--n-cpu-moe", str(n)] and 0 < n <= shape.n_blocks
+    assert exp["runtime_args"][-2:] == ["--poll", "100"]  # CPU turns between GPU blocks: its threads keep polling
     assert {u.block for u in shape.units if u.kind == "expert" and t[u.name].compute == "cpu"} == set(range(n))
     full = plan_for_engine("llamacpp", shape, m, w, Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36,
                                                             pinned_bytes=0))
