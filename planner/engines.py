@@ -168,7 +168,9 @@ def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
             score(b - step), score(b + step)
         b = best()
         score(b - 1), score(b + 1)
-    ngl, ncmoe, mapped = min(times, key=lambda k: (*times[k], not k[2]))
+    fastest = min(t for t, _ in times.values())
+    ties = [k for k in times if times[k][0] <= fastest * (1 + 1e-9)]  # equal up to the sums' rounding
+    ngl, ncmoe, mapped = min(ties, key=lambda k: (times[k][1], not k[2]))
     return plan_at(ngl, ncmoe, mapped).model_copy(update={
         "policy": f"llamacpp-planned (-ngl {ngl}{f' --n-cpu-moe {ncmoe}' if ncmoe else ''}"
                   f"{'' if mapped else ' --load-mode none'})"})

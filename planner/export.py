@@ -120,9 +120,11 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     # llama.cpp matches -ot patterns with regex_search: anchor them, or 'output.weight' also hits 'attn_output.weight'
     if cpu_blocks:
         ot.append(f"^blk\\.({'|'.join(map(str, cpu_blocks))})\\.=CPU")
-    # the experts of the blocks right after -ngl's CPU ones, as users write it (llama.cpp matches the same tensors)
-    following = list(range(prefix, prefix + len(cpu_experts)))
-    n_cpu_moe = prefix + len(cpu_experts) if cpu_experts and cpu_experts == following else 0
+    # the experts of the blocks right after -ngl's CPU ones, as users write it (llama.cpp matches the same tensors;
+    # blocks without routed experts, such as DeepSeek's first dense ones, have none to move)
+    last = cpu_experts[-1] if cpu_experts else -1
+    following = [b for b in range(prefix, last + 1) if b in experts_gpu and b not in cpu_blocks]
+    n_cpu_moe = last + 1 if cpu_experts and cpu_experts == following else 0
     if cpu_experts and not n_cpu_moe:
         ot.append(f"^blk\\.({'|'.join(map(str, cpu_experts))})\\.ffn_(up|down|gate)_exps\\.=CPU")
     if not head_gpu and ngl > 0:

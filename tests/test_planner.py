@@ -157,9 +157,9 @@ def test_llamacpp_export_leaves_the_first_blocks_to_ngl():
     assert to_llamacpp(q, p)["args"] == ["-ngl", "33", "-ot", "^blk\\.(4)\\.=CPU"]
 
 
-def _moe_plan(cpu_blocks, cpu_expert_blocks):
+def _moe_plan(cpu_blocks, cpu_expert_blocks, model: str = "mixtral-8x7b"):
     from sim.plan import Placement
-    q = load_model("mixtral-8x7b")  # 32 blocks of 8 experts
+    q = load_model(model)  # mixtral-8x7b: 32 blocks of 8 experts
     cpu = [u.kind not in ("lm_head", "embedding") and (u.block in cpu_blocks or u.kind == "expert"
                                                       and u.block in cpu_expert_blocks) for u in q.units]
     return q, Plan(model=q.name, machine="m", placements=tuple(
@@ -170,7 +170,8 @@ def _moe_plan(cpu_blocks, cpu_expert_blocks):
 def test_llamacpp_export_writes_the_next_blocks_experts_as_n_cpu_moe():
     """Blocks 0-1 on the CPU and the experts of blocks 2-4: -ngl 31 (30 blocks + the output) and --n-cpu-moe 5
     (the experts of blocks 0..4, the first two already on the CPU with their block); experts of blocks not right
-    after them go by an anchored -ot rule instead."""
+    after them go by an anchored -ot rule instead; blocks without routed experts (DeepSeek's first, dense) do not
+    break the run."""
     q, p = _moe_plan({0, 1}, {2, 3, 4})
     ex = to_llamacpp(q, p)
     assert ex["args"] == ["-ngl", "31", "--n-cpu-moe", "5"] and ex["ot"] == [] and ex["n_cpu_moe"] == 5
@@ -179,6 +180,10 @@ def test_llamacpp_export_writes_the_next_blocks_experts_as_n_cpu_moe():
     q, p = _moe_plan(set(), {3, 7})
     ex = to_llamacpp(q, p)
     assert ex["args"] == ["-ngl", "33", "-ot", "^blk\\.(3|7)\\.ffn_(up|down|gate)_exps\\.=CPU"] and ex["n_cpu_moe"] == 0
+    # DeepSeek-R1's first three blocks are dense: the experts of blocks 3-9 on the CPU are --n-cpu-moe 10
+    q, p = _moe_plan(set(), set(range(10)), "deepseek-r1")
+    assert not any(u.kind == "expert" and u.block < 3 for u in q.units)
+    assert to_llamacpp(q, p)["args"] == ["-ngl", str(q.n_blocks + 1), "--n-cpu-moe", "10"]
 
 
 def test_llamacpp_export_runs_the_request_it_was_priced_for():
