@@ -351,14 +351,21 @@ def exported(shape, machine, fraction: float, gen: int, batch: int = 1, prompt: 
     if rep.plan is None:
         raise RuntimeError(rep.reason)
     exp = to_llamacpp(shape, rep.plan, w, machine.cpu.cores)
-    args = ["-ngl", str(exp["ngl"])] + (["-ncmoe", str(exp["n_cpu_moe"])] if exp.get("n_cpu_moe") else []) \
-        + (["-ot", ";".join(exp["ot"])] if exp["ot"] else []) \
-        + (["-kvu"] if "-kvu" in exp["runtime_args"] else []) \
-        + (["-lm", "none"] if "--load-mode" in exp["args"] else []) \
-        + (["--poll", "100"] if "--poll" in exp["runtime_args"] else [])  # llama-bench's spelling of both
     return {"fraction": fraction, "batch": batch, "prompt": prompt, "vram_bytes": budgets.vram_bytes,
             "plan": json.loads(rep.plan.model_dump_json()),
-            "export": exp, "bench_args": args}
+            "export": exp, "bench_args": bench_args_of(exp)}
+
+
+def bench_args_of(exp: dict) -> list[str]:
+    """An exported plan's placement and the runtime arguments that change its speed, in llama-bench's spelling (its
+    -ot rules joined by ';', -lm for --load-mode; its context and slots are the tool's own)."""
+    value = {a: exp["args"][i + 1] for i, a in enumerate(exp["args"][:-1])}
+    rt = exp["runtime_args"]
+    return ["-ngl", str(exp["ngl"])] + (["-ncmoe", str(exp["n_cpu_moe"])] if exp.get("n_cpu_moe") else []) \
+        + (["-ot", ";".join(exp["ot"])] if exp["ot"] else []) \
+        + (["-kvu"] if "-kvu" in rt else []) \
+        + (["-lm", value["--load-mode"]] if "--load-mode" in value else []) \
+        + (["--poll", rt[rt.index("--poll") + 1]] if "--poll" in rt else [])
 
 
 def settings_of(a, layers: int, prompts: list[int], exports: list[dict], moe: bool = False) -> list[tuple]:
@@ -539,8 +546,8 @@ def main() -> None:
     ap.add_argument("--build-timeout-s", type=float, default=450)
     ap.add_argument("--budget-s", type=float, default=520, help="start no llama-bench run after this many seconds")
     a = ap.parse_args()
-    if not a.embed_scale > 0:
-        ap.error(f"--embed-scale: {a.embed_scale} is not a positive number; give e.g. 1 (as written) or 200")
+    if not 0 < a.embed_scale < float("inf"):
+        ap.error(f"--embed-scale: {a.embed_scale} is not a positive finite number; give e.g. 1 (as written) or 200")
     t0 = time.perf_counter()
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

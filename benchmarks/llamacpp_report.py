@@ -51,14 +51,19 @@ def budgets(machine: MachineSpec, mapped: bool = True) -> Budgets:
 UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")  # llama-model-loader.cpp: only auto, mmap and mmap+mlock map the file
 
 
-def mapped_of(args: list[str]) -> bool:
+def mapped_of(args: list[str], rec: dict | None = None) -> bool:
     """Whether a run's CPU weights are the mapped model file (llama.cpp's default) rather than its GPU's pinned host
     buffers: a load mode that does not map the file (-lm/--load-mode none, mlock or dio; older builds' --no-mmap or
-    llama-bench -mmp 0) reads it into them, unless --no-host 1 keeps plain memory."""
+    llama-bench -mmp 0) reads it into them, unless --no-host keeps plain memory. llama-bench's record says which
+    (load_mode, no_host) where it has them; the arguments otherwise."""
+    rec = rec or {}
     value = {a: args[i + 1] for i, a in enumerate(args[:-1])}
-    unmapped = (value.get("-lm") or value.get("--load-mode")) in UNMAPPED_LOAD_MODES or "--no-mmap" in args \
-        or (value.get("-mmp") or value.get("--mmap")) == "0"
-    return not unmapped or value.get("--no-host") == "1"
+    mode = rec.get("load_mode") or value.get("-lm") or value.get("--load-mode")
+    unmapped = mode in UNMAPPED_LOAD_MODES if mode else \
+        "--no-mmap" in args or (value.get("-mmp") or value.get("--mmap")) == "0"
+    no_host = rec["no_host"] if rec.get("no_host") is not None else \
+        "--no-host" in args and value.get("--no-host") not in ("0", "false")
+    return not unmapped or bool(no_host)
 
 
 def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None, label: str) -> PeerRun:
@@ -66,7 +71,7 @@ def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None
     total over G tokens), a prompt test its first token."""
     gen = rec["n_gen"] > 0
     w = Workload(batch=1, prompt_tokens=1 if gen else rec["n_prompt"], new_tokens=rec["n_gen"] + 1 if gen else 1)
-    mapped = mapped_of(rec.get("args") or [])
+    mapped = mapped_of(rec.get("args") or [], rec)
     b = budgets(machine, mapped)
     plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"], rec.get("n_cpu_moe") or 0, mapped)
     t = statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9  # robust to a slow first repetition
@@ -81,7 +86,8 @@ def pooled(recs: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for rec in recs:
         if "avg_ns" in rec:
-            key = (rec.get("kind", ""), tuple(rec.get("args") or ()), rec["n_prompt"], rec["n_gen"])
+            key = (rec.get("kind", ""), tuple(rec.get("args") or ()), rec["n_prompt"], rec["n_gen"],
+                   rec.get("load_mode"), rec.get("no_host"), rec.get("n_threads"))  # one llama-bench value each
             groups.setdefault(key, []).append(rec)
     out = []
     for group in groups.values():
@@ -156,7 +162,7 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
         if rec.get("n_cpu_moe") and not shape.is_moe:  # a dense model has no routed experts: -ngl alone, again
             continue  # (call AE timed it before the harness kept -ncmoe to MoE)
         kind = rec.get("kind", "ngl")
-        if "-t" in (rec.get("args") or []):  # another thread count (--variant='-t 8'): not priced as run
+        if {"-t", "--threads"} & set(rec.get("args") or []):  # another thread count (--variant='-t 8'): not priced
             kind = "threads"
         label = " ".join(rec["args"]) if kind == "threads" else f"-ngl {rec['n_gpu_layers']}" \
             + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "") + variant_of(rec.get("args") or [])
@@ -179,7 +185,7 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
 def variant_of(args: list[str]) -> str:
     """The llama-bench arguments of a setting besides its placement (-ngl N, -ncmoe N), e.g. ' -lm none'
     (h200_llamacpp.py --variant), or ''."""
-    placement = ("-ngl", "-ncmoe")
+    placement = ("-ngl", "-ncmoe", "--n-gpu-layers", "--n-cpu-moe")
     rest = [a for i, a in enumerate(args) if a not in placement and not (i and args[i - 1] in placement)]
     return " " + " ".join(rest) if rest else ""
 
@@ -302,7 +308,7 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
                          "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape),
                          # its tokens spread over the experts as a trained router's do (h200_llamacpp --embed-scale)
                          "spread_routing": shape.is_moe and e.get("embed_scale", 1.0) > 1,
-                         "pinned": not mapped_of(rec.get("args") or []),
+                         "pinned": not mapped_of(rec.get("args") or [], rec),
                          "kv_per_sequence": rec.get("kv_per_sequence", False),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),

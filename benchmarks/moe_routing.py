@@ -63,8 +63,8 @@ def main() -> None:
     if name not in moe or not layers.isdigit() or int(layers) < 1:
         raise SystemExit(f"--arch: {a.arch!r} is not NAME:LAYERS of an MoE in benchmarks/h200_matrix.ARCHS; give one "
                          f"of {', '.join(moe)} with a layer count >= 1, e.g. qwen3-30b-a3b:4.")
-    if not a.embed_scale > 0:
-        raise SystemExit(f"--embed-scale: {a.embed_scale} is not a positive number; give e.g. 1 or 200.")
+    if not 0 < a.embed_scale < float("inf"):
+        raise SystemExit(f"--embed-scale: {a.embed_scale} is not a positive finite number; give e.g. 1 or 200.")
     print(json.dumps(distinct_experts(name, int(layers), [int(t) for t in a.tokens.split(",")], a.seed,
                                       a.embed_scale)))
 

@@ -151,11 +151,13 @@ def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
         def score(g: int) -> None:
             for mapped in (True, False):
                 key = (*key_of(g), mapped)
-                if 0 <= g <= lo and key not in times and plan_at(*key) is not None:
+                if not 0 <= g <= lo or plan_at(*key) is None:
+                    continue
+                if key not in times:  # a placement both families reach is timed once
                     plan = plan_at(*key)
                     t = _score(_simulate(model, machine, plan, _ranking(w), budgets), w, objective)
                     times[key] = (t, sum(model.unit(p.unit).nbytes for p in plan.placements if p.compute == "cpu"))
-                    mine[g] = min(mine.get(g, times[key]), times[key])
+                mine[g] = min(mine.get(g, times[key]), times[key])
 
         def best() -> int:
             return min(mine, key=lambda g: mine[g])

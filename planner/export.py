@@ -132,8 +132,11 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     args = ["-ngl", str(ngl)] + (["--n-cpu-moe", str(n_cpu_moe)] if n_cpu_moe else [])
     # the plan's CPU weights pinned: llama.cpp reads them into its GPU's pinned host buffers only when it does not
     # map the file (--load-mode none; builds before the option was added: --no-mmap)
-    pinned = any(p.tier == "ram_pinned" and p.compute == "cpu" for p in plan.placements)
-    args += ["--load-mode", "none"] if pinned else []
+    # (all of them: it cannot pin some and map others)
+    cpu_tiers = {p.tier for p in plan.placements if p.compute == "cpu"}
+    args += ["--load-mode", "none"] if cpu_tiers == {"ram_pinned"} else []
+    if "ram_pinned" in cpu_tiers and len(cpu_tiers) > 1:
+        notes.append("llama.cpp pins all of its CPU weights or none: the plan's pinned ones stay in the mapped file.")
     for rule in ot:
         re.compile(rule.rsplit("=", 1)[0])  # every pattern must be a valid regex
         args += ["-ot", rule]

@@ -147,7 +147,8 @@ def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     default, the CPU's weights are the mapped model file (pageable); with --load-mode none (older builds:
     --no-mmap) it reads them into its GPU's host buffer type, pinned (llama-model-loader.cpp: "avoid using a host
     buffer when using mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned
-    speed (calls AD and AE, docs/peers.md). Raises PlanError when that does not fit (unmapped: the pinned budget must hold them)."""
+    speed (calls AD and AE, docs/peers.md). Raises PlanError when that does not fit (unmapped: the pinned budget
+    must hold them)."""
     cpu_experts = {u.name for u in model.units if u.kind == "expert" and u.block < n_cpu_moe}
     groups = [[n for n in g if n not in cpu_experts] for g in _blocks(model)]
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
@@ -164,8 +165,9 @@ def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     tiers = _host_tiers(model, cpu_names, budgets, 0, not mapped)  # mmap: nothing pinned
     if not mapped and any(tiers[n] != "ram_pinned" for n in cpu_names):
         pinned = sum(model.unit(n).nbytes for n in cpu_names)
-        raise PlanError(f"llama.cpp --load-mode none pins its CPU weights ({pinned / 2**30:.2f} GiB) but the pinned "
-                        f"budget is {budgets.pinned_bytes / 2**30:.2f} GiB; raise --pinned or keep the mapped file")
+        flag, room = min(("--pinned", budgets.pinned_bytes), ("--ram", budgets.ram_bytes), key=lambda f: f[1])
+        raise PlanError(f"llama.cpp --load-mode none pins its CPU weights ({pinned / 2**30:.2f} GiB) but the "
+                        f"{flag[2:]} budget is {room / 2**30:.2f} GiB; raise {flag} or keep the mapped file")
     tiers.update({n: "vram" for n in on_gpu})
     compute = {n: "cpu" for n in cpu_names}
     plan = make_plan(model, machine, "llamacpp", tiers, compute, prefetch_depth=0, overlap_copy=False, vram_slots=1,

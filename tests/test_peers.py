@@ -785,6 +785,10 @@ def test_llamacpp_report_prices_a_run_without_mmap_pinned_and_names_its_variant(
     assert mapped_of(["-ngl", "3"]) and not mapped_of(["-ngl", "3", "-lm", "none"]) and not mapped_of(["--no-mmap"])
     assert not mapped_of(["--load-mode", "mlock"]) and not mapped_of(["-mmp", "0"]) and mapped_of(["-lm", "mmap+mlock"])
     assert mapped_of(["-ngl", "3", "-lm", "none", "--no-host", "1"]) and mapped_of(["-lm", "mmap"])
+    assert mapped_of(["-lm", "none", "--no-host"])  # llama-cli's --no-host takes no value
+    # llama-bench's record says what ran (a comma list such as -lm none,mmap runs both): it wins over the arguments
+    assert not mapped_of(["-lm", "none,mmap"], {"load_mode": "none", "no_host": False})
+    assert mapped_of(["-lm", "none,mmap"], {"load_mode": "mmap", "no_host": False})
     assert variant_of(["-ngl", "13", "-ncmoe", "3", "-lm", "none"]) == " -lm none" and variant_of(["-ngl", "2"]) == ""
     m = load_machine("h200-testbox")
     rec = {"n_prompt": 128, "n_gen": 0, "n_gpu_layers": 3, "avg_ns": 1e8, "samples_ns": [1e8], "stddev_ns": 0}
@@ -792,10 +796,11 @@ def test_llamacpp_report_prices_a_run_without_mmap_pinned_and_names_its_variant(
                     if p.compute == "cpu"} for args in (("-ngl", "3"), ("-ngl", "3", "-lm", "none"))}
     assert tiers == {("-ngl", "3"): {"ram_pageable"}, ("-ngl", "3", "-lm", "none"): {"ram_pinned"}}
     from benchmarks.llamacpp_report import runs_of
-    entry = {"llamacpp": [dict(rec, args=["-ngl", "3", *extra]) for extra in ([], ["-t", "8"], ["--poll", "100"])],
-             "exported": []}
+    entry = {"llamacpp": [dict(rec, args=["-ngl", "3", *extra]) for extra in ([], ["-t", "8"], ["--poll", "100"])]
+             + [dict(rec, args=["-ngl", "7", "-ncmoe", "2"], n_cpu_moe=2)], "exported": []}
     kinds = {run.label: kind for kind, _, run in runs_of(entry, LLAMA6, m)}
-    assert kinds == {"-ngl 3": "ngl", "-ngl 3 -t 8": "threads", "-ngl 3 --poll 100": "ngl"}  # -t: not priced as run
+    # -t: not priced as run; -ncmoe on a dense model: nothing to move, skipped
+    assert kinds == {"-ngl 3": "ngl", "-ngl 3 -t 8": "threads", "-ngl 3 --poll 100": "ngl"}
 
 
 def test_llamacpp_harness_times_n_cpu_moe_on_moe_only_and_variants_where_weights_stay_on_the_cpu():
@@ -858,6 +863,9 @@ def test_llamacpp_no_mmap_pins_the_cpu_weights_and_a_prefill_copies_them_at_the_
     small = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36, pinned_bytes=2**30)
     with pytest.raises(PlanError, match=r"--load-mode none pins its CPU weights .* 1\.00 GiB; raise --pinned"):
         llamacpp_ngl(LLAMA6, m, w, small, 0, mapped=False)
+    tight = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**30, pinned_bytes=2**36)  # RAM is what runs out
+    with pytest.raises(PlanError, match=r"the ram budget is 1\.00 GiB; raise --ram"):
+        llamacpp_ngl(LLAMA6, m, w, tight, 0, mapped=False)
 
 
 def test_llamacpp_planner_pins_the_cpu_weights_only_where_it_pays_and_the_export_says_load_mode_none():
@@ -917,3 +925,36 @@ def test_llamacpp_planner_offloads_an_moes_routed_experts_with_n_cpu_moe_when_th
     full = plan_for_engine("llamacpp", shape, m, w, Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36,
                                                             pinned_bytes=0))
     assert {u.kind for u in shape.units if full.plan.tiers()[u.name].compute == "cpu"} == {"embedding"}
+
+
+def test_llamacpp_export_pins_all_or_nothing_polls_between_gpu_blocks_and_the_harness_spells_it_for_llama_bench():
+    """llama.cpp pins every CPU weight (--load-mode none) or none: a plan that pins only some exports none and says
+    so. --poll 100 comes with CPU blocks after GPU ones, not with CPU blocks at the front or a CPU head alone. The
+    harness times an export with llama-bench's spelling: -lm for --load-mode, -ot rules joined by ';'."""
+    from hwmodels.presets import load_machine
+    from benchmarks.h200_llamacpp import bench_args_of
+    from planner.export import to_llamacpp
+    m = load_machine("h200-testbox")
+    w = Workload(batch=1, prompt_tokens=64, new_tokens=4)
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36, pinned_bytes=2**36)
+    pinned = llamacpp_ngl(LLAMA6, m, w, b, 3, mapped=False)
+    exp = to_llamacpp(LLAMA6, pinned, w, 16)
+    assert exp["args"] == ["-ngl", "3", "--load-mode", "none"] and "--poll" not in exp["runtime_args"]
+    assert bench_args_of(exp) == ["-ngl", "3", "-lm", "none"]
+    first = next(p for p in pinned.placements if p.compute == "cpu" and p.unit != "model.embed_tokens")
+    part = pinned.model_copy(update={"placements": tuple(p.model_copy(update={"tier": "ram_pageable"})
+                                                         if p is first else p for p in pinned.placements)})
+    exp = to_llamacpp(LLAMA6, part, w)
+    assert "--load-mode" not in exp["args"] and any("pins all of its CPU weights or none" in n for n in exp["notes"])
+    head = next(u.name for u in LLAMA6.units if u.kind == "lm_head")
+    blk5 = {u.name for u in LLAMA6.units if u.block == 5 and u.kind != "lm_head"}
+    gpu = llamacpp_ngl(LLAMA6, m, w, b, LLAMA6.n_blocks + 1)
+
+    def with_cpu(names):
+        return gpu.model_copy(update={"placements": tuple(
+            p.model_copy(update={"tier": "ram_pageable", "compute": "cpu"}) if p.unit in names else p
+            for p in gpu.placements)})
+    assert "--poll" not in to_llamacpp(LLAMA6, with_cpu({head}), w)["runtime_args"]  # the head alone, last
+    exp = to_llamacpp(LLAMA6, with_cpu(blk5), w)  # the last block on the CPU, between GPU blocks and the head
+    assert exp["runtime_args"][-2:] == ["--poll", "100"] and exp["ot"] == ["^blk\\.(5)\\.=CPU"]
+    assert bench_args_of(exp) == ["-ngl", "7", "-ot", "^blk\\.(5)\\.=CPU", "--poll", "100"]
