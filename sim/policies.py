@@ -132,24 +132,45 @@ def accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, budgets
 
 @register("llamacpp")
 def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
-    """-ngl N: the output head and the last N-1 blocks on the GPU (src/llama-model.cpp: i_gpu_start = n_layer + 1 -
-    N, and the output is layer n_layer), as many as fit; the rest computed on the CPU from the memory-mapped model
-    file (llama.cpp's default: pageable page-cache pages, or the disk when RAM is short); the token embedding always
-    on the CPU; steps of >= 32 tokens copy CPU weights to the GPU."""
-    return llamacpp_ngl(model, machine, w, budgets, None)
+    """llama.cpp as its --fit (on by default) places a model. Dense: -ngl N, the output head and the last N-1 blocks
+    on the GPU (src/llama-model.cpp: i_gpu_start = n_layer + 1 - N, and the output is layer n_layer), as many as
+    fit; the rest computed on the CPU from the memory-mapped model file (llama.cpp's default: pageable page-cache
+    pages, or the disk when RAM is short); the token embedding always on the CPU; steps of >= 32 tokens copy CPU
+    weights to the GPU. MoE (common/fit.cpp): every routed expert in system memory first and the rest of as many
+    layers as fit from the back; when all of that fits, the routed experts of the first blocks join it on the GPU
+    while they fit, the last blocks' staying on the CPU (its partial layer left out)."""
+    if not model.is_moe:
+        return llamacpp_ngl(model, machine, w, budgets, None)
+    n = model.n_blocks
+    dense = llamacpp_ngl(model, machine, w, budgets, None, n_cpu_moe=n)
+    if any(p.compute == "cpu" for p in dense.placements if model.unit(p.unit).kind not in ("embedding", "expert")):
+        return dense
+
+    def with_gpu_experts(k: int) -> Plan | None:  # the experts of blocks 0..k-1 on the GPU
+        try:
+            return llamacpp_ngl(model, machine, w, budgets, n + 1, cpu_expert_blocks=range(k, n))
+        except PlanError:
+            return None
+    lo, hi = 0, n  # the most blocks whose experts fit, by bisection (k = 0 is `dense`)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if with_gpu_experts(mid) is not None else (lo, mid - 1)
+    return with_gpu_experts(lo) if lo else dense
 
 
 def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, ngl: int | None,
-                 n_cpu_moe: int = 0, mapped: bool = True) -> Plan:
+                 n_cpu_moe: int = 0, mapped: bool = True, cpu_expert_blocks=None) -> Plan:
     """llama.cpp with `-ngl ngl` (None: as many layers as fit, as its --fit does): ngl 1 puts only the output head
     on the GPU, n_blocks + 1 everything but the embedding; `--n-cpu-moe n_cpu_moe` keeps the routed experts of the
     first n_cpu_moe blocks on the CPU whatever -ngl says (the shared experts stay with their block). `mapped`: its
     default, the CPU's weights are the mapped model file (pageable); with --load-mode none (older builds:
     --no-mmap) it reads them into its GPU's host buffer type, pinned (llama-model-loader.cpp: "avoid using a host
     buffer when using mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned
-    speed (calls AD and AE, docs/peers.md). Raises PlanError when that does not fit (unmapped: the pinned budget
-    must hold them)."""
-    cpu_experts = {u.name for u in model.units if u.kind == "expert" and u.block < n_cpu_moe}
+    speed (calls AD and AE, docs/peers.md). `cpu_expert_blocks`, where given, names the blocks whose routed experts
+    stay on the CPU instead of n_cpu_moe's first ones (as --fit's -ot rules do). Raises PlanError when that does not
+    fit (unmapped: the pinned budget must hold them)."""
+    blocks = set(range(n_cpu_moe) if cpu_expert_blocks is None else cpu_expert_blocks)
+    cpu_experts = {u.name for u in model.units if u.kind == "expert" and u.block in blocks}
     groups = [[n for n in g if n not in cpu_experts] for g in _blocks(model)]
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
     gpu_left = budgets.vram_bytes - kv_cache_bytes(model, w) - activation_bytes(model, w)

@@ -958,3 +958,30 @@ def test_llamacpp_export_pins_all_or_nothing_polls_between_gpu_blocks_and_the_ha
     exp = to_llamacpp(LLAMA6, with_cpu(blk5), w)  # the last block on the CPU, between GPU blocks and the head
     assert exp["runtime_args"][-2:] == ["--poll", "100"] and exp["ot"] == ["^blk\\.(5)\\.=CPU"]
     assert bench_args_of(exp) == ["-ngl", "7", "-ot", "^blk\\.(5)\\.=CPU", "--poll", "100"]
+
+
+def test_llamacpp_policy_fits_an_moe_as_its_fit_does():
+    """llama.cpp's --fit (common/fit.cpp) on an MoE: every routed expert in system memory first; where the rest of
+    every layer fits, the experts of the first blocks join it on the GPU while they fit and the last blocks' stay on
+    the CPU; where it does not, the rest of as many layers as fit, from the back, with every expert on the CPU.
+    Mixtral-8x7B on the H200: 2 GiB holds some of its 32 attention units (80 MiB each) but not all of them."""
+    from hwmodels.presets import load_machine
+    from sim.models import load_model
+    m = load_machine("h200-testbox")
+    shape = load_model("mixtral-8x7b")
+    w = Workload(batch=1, prompt_tokens=64, new_tokens=4)
+    for gib in (2, 40):
+        b = Budgets.of(m, vram=gib * 2**30)
+        t = POLICIES["llamacpp"](shape, m, w, b).tiers()
+        gpu_experts = sorted({u.block for u in shape.units if u.kind == "expert" and t[u.name].compute == "gpu"})
+        cpu_attention = [u.block for u in shape.units if u.kind == "attention" and t[u.name].compute == "cpu"]
+        if gib == 2:
+            assert gpu_experts == [] and 0 < len(cpu_attention) < shape.n_blocks
+            assert cpu_attention == list(range(len(cpu_attention)))  # the first ones: the GPU's fill from the back
+        else:
+            k = len(gpu_experts)
+            assert cpu_attention == [] and gpu_experts == list(range(k)) and 0 < k < shape.n_blocks
+            more = llamacpp_ngl(shape, m, w, b, shape.n_blocks + 1, cpu_expert_blocks=range(k, shape.n_blocks))
+            assert more.tiers() == t  # the same placement by -ngl all and the last blocks' experts on the CPU
+            with pytest.raises(PlanError):  # one more block's experts do not fit
+                llamacpp_ngl(shape, m, w, b, shape.n_blocks + 1, cpu_expert_blocks=range(k + 1, shape.n_blocks))
