@@ -23,7 +23,7 @@ from sim.equations import copy_time_s
 from planner.export import LLAMACPP_FAMILIES
 from sim.memory import PlanError, activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Plan, Workload
-from sim.policies import POLICIES, llamacpp_ngl
+from sim.policies import OFFLOAD_MIN_TOKENS, POLICIES, largest_feasible, llamacpp_ngl
 from sim.policies import accelerate_map as run_map
 from sim.shapes import ModelShape, param_modules
 
@@ -114,10 +114,10 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
 
 def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
     """The fastest placement llama.cpp can run: `-ngl N` (the last N layers on the GPU, the output counted first)
-    and, for an MoE, every layer on the GPU but the routed experts of the first N blocks (`--n-cpu-moe N`, as its
-    users offload one); the CPU's weights mapped (its default) or pinned (--load-mode none, where the pinned budget
-    holds them; faster when a prefill multiplies them on the GPU). In each family the feasible values form a prefix
-    of how much is on the GPU (more needs more VRAM): the largest is found by bisection, the values scanned
+    and, for an MoE, every layer on the GPU but the routed experts of the first N blocks (`--n-cpu-moe N`, as its users
+    offload one); the CPU's weights mapped (its default) or pinned (--load-mode none, where the pinned budget holds
+    them; faster when a step it ranks by multiplies them on the GPU). In each family the feasible values form a
+    prefix of how much is on the GPU (more needs more VRAM): the largest is found by bisection, the values scanned
     coarsely, then around the family's best with a halving step, then its neighbours. Ties go to fewer bytes
     computed on the CPU, then to the mapped file."""
     if model.family not in LLAMACPP_FAMILIES:
@@ -135,21 +135,22 @@ def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
     if plan_at(0, 0) is None:
         raise PlanError("llama.cpp cannot run this model at these budgets; raise --ram or --vram")
     times: dict[tuple[int, int, bool], tuple[float, int]] = {}  # (ngl, ncmoe, mapped) -> (time, CPU bytes)
+    # pinned weights change only the copies of a step ggml offloads (OFFLOAD_MIN_TOKENS or more tokens): the prompt
+    # when the request's total counts, the decode steps when they carry that many sequences
+    scored = w.batch * (w.prompt_tokens if objective != "token" else 1)
+    modes = (True, False) if scored >= OFFLOAD_MIN_TOKENS else (True,)
     # a family: the placement of its value g (how much is on the GPU), and g's largest value
     families = [(lambda g: (g, 0), n + 1)]
     if model.is_moe:
         families.append((lambda g: (n + 1, n - g), n))
     for key_of, top in families:
-        lo, hi = 0, top
         if plan_at(*key_of(0)) is None:
             continue
-        while lo < hi:  # the largest feasible g, by bisection
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if plan_at(*key_of(mid)) is not None else (lo, mid - 1)
+        lo = largest_feasible(top, lambda g: plan_at(*key_of(g)) is not None)
         mine: dict[int, tuple[float, int]] = {}
 
         def score(g: int) -> None:
-            for mapped in (True, False):
+            for mapped in modes:
                 key = (*key_of(g), mapped)
                 if not 0 <= g <= lo or plan_at(*key) is None:
                     continue

@@ -51,6 +51,15 @@ def fit_slots(model, plan: Plan, w, budgets, most: int) -> Plan:
     raise err
 
 
+def largest_feasible(hi: int, feasible: Callable[[int], bool]) -> int:
+    """The largest k in 0..hi with feasible(k), by bisection, for a feasible(0) whose true values form a prefix."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if feasible(mid) else (lo, mid - 1)
+    return lo
+
+
 def _host_tiers(model: ModelShape, names: list[str], budgets: Budgets, reserve_pinned: int, pinned_ok: bool) -> dict[str, str]:
     """RAM tiers in model order while they fit (pinned first if allowed), then the disk."""
     tiers = {}
@@ -146,16 +155,16 @@ def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budg
     if any(p.compute == "cpu" for p in dense.placements if model.unit(p.unit).kind not in ("embedding", "expert")):
         return dense
 
+    made = {0: dense}
+
     def with_gpu_experts(k: int) -> Plan | None:  # the experts of blocks 0..k-1 on the GPU
-        try:
-            return llamacpp_ngl(model, machine, w, budgets, n + 1, cpu_expert_blocks=range(k, n))
-        except PlanError:
-            return None
-    lo, hi = 0, n  # the most blocks whose experts fit, by bisection (k = 0 is `dense`)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if with_gpu_experts(mid) is not None else (lo, mid - 1)
-    return with_gpu_experts(lo) if lo else dense
+        if k not in made:
+            try:
+                made[k] = llamacpp_ngl(model, machine, w, budgets, n + 1, cpu_expert_blocks=range(k, n))
+            except PlanError:
+                made[k] = None
+        return made[k]
+    return made[largest_feasible(n, lambda k: with_gpu_experts(k) is not None)]
 
 
 def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, ngl: int | None,
