@@ -38,7 +38,8 @@ from benchmarks.h200_matrix import log
 CMAKE_FLAGS = ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", "-DGGML_CUDA_FA=OFF", "-DGGML_CUDA_NCCL=OFF",
                "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release"]
-TARGETS = ("llama-bench", "llama-batched-bench")  # one sequence (its repetitions), and B sequences decoded together
+# one sequence (its repetitions), B sequences decoded together, and the placement llama.cpp's --fit chooses
+TARGETS = ("llama-bench", "llama-batched-bench", "llama-fit-params")
 HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
               "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
@@ -356,6 +357,40 @@ def exported(shape, machine, fraction: float, gen: int, batch: int = 1, prompt: 
             "export": exp, "bench_args": bench_args_of(exp)}
 
 
+def free_vram_mib() -> int | None:
+    """The GPU's free memory now (MiB), as nvidia-smi reports it; None without one."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    r = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True)
+    return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.strip() else None
+
+
+def fit_params(binary: str, model: Path, budget_bytes: int, ctx: int) -> dict:
+    """The placement llama.cpp's --fit (on by default in llama-cli and llama-server) chooses when `budget_bytes` of
+    the GPU may be used: llama-fit-params with a free-memory margin of the GPU's free memory less the budget
+    (-fitt), at a context of `ctx` set by the user (as llama-bench sets it), printing its -ngl and -ot rules;
+    its own view of the free memory (log at trace verbosity) kept, so the budget it fitted is known exactly.
+    Returns them with llama-bench's spelling of the placement (its -ot rules joined by ';')."""
+    exe = str(Path(binary).with_name("llama-fit-params"))
+    free = free_vram_mib()
+    margin = max((free or 0) - budget_bytes // 2**20, 0)
+    cmd = [exe, "-m", str(model), "-c", str(ctx), "-fitt", str(margin), "-lv", "4"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("-c ")), None)
+    if r.returncode or line is None:
+        raise RuntimeError(f"llama-fit-params exited {r.returncode}: {(r.stdout + r.stderr)[-1500:]}")
+    words = shlex.split(line)
+    value = {w: words[i + 1] for i, w in enumerate(words[:-1])}
+    seen = re.findall(r"vs\. (\d+) MiB of free device memory", r.stderr)
+    out = {"budget_bytes": budget_bytes, "free_mib_before": free, "margin_mib": margin, "printed": line,
+           "fit_free_mib": int(seen[0]) if seen else None, "log": [ln for ln in r.stderr.splitlines()
+                                                                   if "llama_params_fit" in ln][-40:],
+           "bench_args": ["-ngl", value["-ngl"]] + (["-ot", value["-ot"].replace(",", ";")] if "-ot" in value else [])}
+    log("llama-fit-params", f"{budget_bytes / 2**30:.1f} GiB", line[:160])
+    return out
+
+
 def bench_args_of(exp: dict) -> list[str]:
     """An exported plan's placement and the runtime arguments that change its speed, in llama-bench's spelling (its
     -ot rules joined by ';', -lm for --load-mode; its context and slots are the tool's own)."""
@@ -441,6 +476,15 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
             log(spec, "exported", fraction, "FAILED", exc)
     settings = settings_of(a, layers, prompts, [e for e in entry["exported"] if "error" not in e],
                            "moe_intermediate_size" in config)
+    entry["fits"] = []
+    for share in a.fit_shares:  # llama.cpp's own placement (--fit) at a GPU budget of this share of the weights
+        try:
+            fitted = fit_params(binary, gguf_path, int(share * entry["gguf_bytes"]), max(prompts) + a.gen)
+            entry["fits"].append(dict(fitted, share=share, bench=[]))
+            settings.append(("fit", fitted["bench_args"], prompts[:1], entry["fits"][-1]))
+        except Exception as exc:
+            entry["fits"].append({"share": share, "error": f"{type(exc).__name__}: {exc}"})
+            log(spec, "fit", share, "FAILED", exc)
     entry["host_before"] = host_state()
     entry["probes"] = []
     batches = list(a.batches)
@@ -467,7 +511,7 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
             if exp is None:
                 entry["llamacpp"] += recs
             else:
-                exp["bench_ot" if kind == "exported_ot" else "bench"] += recs
+                exp["bench_ot" if kind == "exported_ot" else "bench"] += recs  # an exported plan's, or a fit's
             save()  # after every setting: a call cut short by its time limit keeps what it timed
     entry["host_after"] = host_state()
     if a.copy_probe:
@@ -513,6 +557,8 @@ def main() -> None:
                     "the weights")
     ap.add_argument("--ot", action=argparse.BooleanOptionalAction, default=True,
                     help="also run each exported -ngl plan in the -ot form")
+    ap.add_argument("--fit-shares", type=fractions, default=(), help="GPU budgets, as shares of the GGUF's bytes, "
+                    "to time llama.cpp's own --fit placement at (llama-fit-params, then llama-bench with it)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds over every setting")
     ap.add_argument("--batches", type=counts, default=(), help="sequences decoded together (llama-batched-bench "
                     "-npl), e.g. 1,2,4,8,16; none: no batched runs")

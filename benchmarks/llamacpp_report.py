@@ -33,8 +33,9 @@ from pathlib import Path
 
 from hwmodels.presets import load_machine
 from hwmodels.specs import MachineSpec
+from sim.memory import PlanError
 from sim.plan import Budgets, Plan, Workload
-from sim.policies import llamacpp_ngl
+from sim.policies import llamacpp, llamacpp_ngl
 from sim.shapes import ATTENTION_KINDS, ModelShape
 from validate.peer_calibration import PeerRun, fit, predict, with_peer
 
@@ -179,7 +180,70 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
             for rec in pooled(recs):
                 out.append((kind, dict(rec, fraction=exp["fraction"]),
                             run_of(rec, shape, machine, plan, f"exported plan, GPU {exp['fraction']:.0%}{form}")))
-    return out + batched_runs([r for r in entry["llamacpp"] if r.get("kind") == "batched"], shape, machine)
+    return out + fit_runs(entry, shape, machine) + \
+        batched_runs([r for r in entry["llamacpp"] if r.get("kind") == "batched"], shape, machine)
+
+
+def fit_rules(args: list[str]) -> list[tuple[str, str]]:
+    """(pattern, buffer type) of a llama-bench record's -ot rules (joined by ';', as --fit's are given to it)."""
+    rules = ";".join(args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-ot", "--override-tensor"))
+    return [(r.rpartition("=")[0], r.rpartition("=")[2]) for r in rules.split(";") if "=" in r]
+
+
+def cpu_parts(shape: ModelShape, args: list[str]) -> tuple[set[int], set[int]]:
+    """(blocks whose routed experts, blocks whose feed-forward weights) a run's -ot rules keep in system memory, as
+    llama.cpp matches them (regex_search on the tensor's name): the first from two of the three expert tensors
+    (--fit's partial layer may move one or two: a layer's experts count where most of their bytes are); the second,
+    of a dense model, from ffn_up and ffn_down (--fit's partial layer, its attention left on the GPU)."""
+    experts, ffn = set(), set()
+    rules = [(re.compile(p), buft) for p, buft in fit_rules(args)]
+
+    def on_cpu(name: str) -> bool:
+        return next((not buft.upper().startswith("CUDA") for p, buft in rules if p.search(name)), False)
+    for b in range(shape.n_blocks):
+        if shape.is_moe:
+            if sum(on_cpu(f"blk.{b}.ffn_{t}_exps.weight") for t in ("gate", "up", "down")) >= 2:
+                experts.add(b)
+        elif on_cpu(f"blk.{b}.ffn_up.weight") and on_cpu(f"blk.{b}.ffn_down.weight"):
+            ffn.add(b)
+    return experts, ffn
+
+
+def on_cpu(plan: Plan) -> set[str]:
+    return {p.unit for p in plan.placements if p.compute == "cpu"}
+
+
+def fit_runs(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, dict, PeerRun]]:
+    """llama.cpp's own placement (--fit, h200_llamacpp.py --fit-shares) at a GPU budget, timed: each record twice,
+    as 'fit' (the placement llama-fit-params printed, priced as run; a dense model's partial layer, its feed-forward
+    on the CPU and its attention on the GPU, as 'fit_partial': not priced as run, the layer counted on the GPU) and as
+    'fit_policy' (what offloadsim's `llamacpp` policy predicts at the budget llama.cpp fitted: its free memory as it
+    saw it less the margin it was given, where it printed it)."""
+    out = []
+    for fitted in entry.get("fits", []):
+        if "error" in fitted:
+            continue
+        seen = fitted.get("fit_free_mib")
+        vram = (seen - fitted["margin_mib"]) * 2**20 if seen else fitted["budget_bytes"]
+        for rec in pooled(fitted["bench"]):
+            # -ngl -1 (llama.cpp's default, printed when everything fits): every layer with the output
+            rec = dict(rec, n_gpu_layers=rec["n_gpu_layers"] if rec["n_gpu_layers"] >= 0 else shape.n_blocks + 1)
+            run = run_of(rec, shape, machine, None, "")
+            experts, ffn = cpu_parts(shape, rec.get("args") or [])
+            plan = llamacpp_ngl(shape, machine, run.workload, run.budgets, rec["n_gpu_layers"],
+                                cpu_expert_blocks=experts)
+            label = f"llama.cpp --fit at {vram / 2**30:.1f} GiB"
+            out.append(("fit_partial" if ffn else "fit", dict(rec, fit_budget_bytes=vram),
+                        dataclasses.replace(run, label=f"{label}, as placed", plan=plan)))
+            try:
+                room = budgets(machine).model_copy(update={"vram_bytes": vram})
+                policy = llamacpp(shape, machine, run.workload, room)
+            except PlanError:  # the policy refuses a budget llama.cpp fitted: no prediction to compare
+                continue
+            differs = len(on_cpu(policy) ^ on_cpu(plan))  # units one computes on the CPU and the other not
+            out.append(("fit_policy", dict(rec, fit_budget_bytes=vram, policy_differs=differs),
+                        dataclasses.replace(run, label=f"{label}, the llamacpp policy's placement", plan=policy)))
+    return out
 
 
 def variant_of(args: list[str]) -> str:
@@ -310,6 +374,7 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
                          "spread_routing": shape.is_moe and e.get("embed_scale", 1.0) > 1,
                          "pinned": not mapped_of(rec.get("args") or [], rec),
                          "kv_per_sequence": rec.get("kv_per_sequence", False),
+                         "policy_differs": rec.get("policy_differs"),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
                          "stddev_pct": 100 * rec["stddev_ns"] / rec["avg_ns"]})
@@ -359,6 +424,11 @@ MOE_GROUPS = ("tg", "pp", "tg, shapes never fitted", f"tg, run-to-run sd under {
               "batched, B > 1")
 
 
+FIT_KINDS = {"fit": "llama.cpp's --fit placement, as placed",
+             "fit_partial": "llama.cpp's --fit placement with a partial layer (not priced as run)",
+             "fit_policy": "llama.cpp's --fit, the llamacpp policy's placement at its budget"}
+FIT_GROUPS = (*(f"tg {n}" for n in FIT_KINDS.values()), "fit placements the llamacpp policy chose alike")
+
 EXPORT_PCT = 15  # an exported plan, run by its engine, within this share of the time predicted for it (issue 11)
 
 
@@ -401,6 +471,15 @@ def summarise(rows: list[dict], fitted_archs: set[str] = frozenset(), slow_hosts
         for f in sorted({r["file"] for r in batched}):
             out[f"batched, B > 1, {f}"] = stats([r for r in batched if r["batch"] > 1 and r["file"] == f])
     out.update(tools_gap(rows))
+    for kind, name in FIT_KINDS.items():  # llama.cpp's own --fit placement at a budget
+        fitted = [r for r in held if r["kind"] == kind and r["test"].startswith("tg")]
+        if fitted:
+            out[f"tg {name}"] = stats(fitted)
+    fits = [r for r in held if r["kind"] == "fit_policy"]
+    if fits:
+        out["fit placements the llamacpp policy chose alike"] = {
+            "runs": len(fits), "same": sum(r["policy_differs"] == 0 for r in fits),
+            "units_apart": [r["policy_differs"] for r in fits]}
     for kind in ("exported_ot", "threads"):  # not priced as run: the -ot form's KV on the GPU, other thread counts
         out[f"tg {kind} (not priced as run)"] = stats([r for r in held if r["kind"] == kind and r["test"] != "pp"])
     return out
@@ -459,7 +538,7 @@ def main() -> None:
     fa = [r for r in rows if r["fa_build"] and not r["moe"]]
     if fa:  # llama.cpp's default build, priced by the engine model fitted on the calls without flash attention
         summary.update({f"{FA_BUILD}, {k}": v for k, v in summarise(fa, fitted_archs, slow).items()
-                        if k in FA_GROUPS or k.startswith("tg llamacpp-")})
+                        if k in FA_GROUPS + FIT_GROUPS or k.startswith("tg llamacpp-")})
         summary[f"{FA_BUILD}, tg, every layer on the GPU"] = summarise(
             [r for r in fa if r["cpu_units"] <= 1], fitted_archs, slow)["tg"]
     for build, name in ((False, "without flash attention"), (True, FA_BUILD)):  # priced as one shared cache
@@ -469,7 +548,8 @@ def main() -> None:
     moe = [r for r in rows if r["moe"]]
     if moe:  # llama.cpp's MoE runs (all from flash-attention builds so far), held out apart
         part = summarise(moe, fitted_archs, slow)
-        summary.update({f"MoE, {k}": v for k, v in part.items() if k in MOE_GROUPS or k.startswith("tg llamacpp-")})
+        summary.update({f"MoE, {k}": v for k, v in part.items()
+                        if k in MOE_GROUPS + FIT_GROUPS or k.startswith("tg llamacpp-")})
         summary["MoE, tg, routed experts on the CPU"] = summarise(
             [r for r in moe if r["cpu_experts"]], fitted_archs, slow)["tg"]
         for spread, name in ((False, "the random checkpoint's few experts"), (True, "tokens spread over the experts")):

@@ -986,3 +986,38 @@ def test_llamacpp_policy_fits_an_moe_as_its_fit_does():
             llamacpp_ngl(shape, m, w, b, shape.n_blocks + 1, cpu_expert_blocks=range(k, shape.n_blocks))
             with pytest.raises(PlanError):  # ... and one more block's experts do not
                 llamacpp_ngl(shape, m, w, b, shape.n_blocks + 1, cpu_expert_blocks=range(k + 1, shape.n_blocks))
+
+
+def test_llamacpp_report_reads_the_placement_llama_cpp_fit_chose_and_the_budget_it_fitted():
+    """llama-fit-params' rules (blk\\.N\\.ffn_(up|down|gate)_(ch|)exps=CPU per block, given to llama-bench joined by
+    ';') put those blocks' routed experts on the CPU; a partial layer's one expert tensor does not move its experts
+    (two of three do); a dense model's ffn rule marks the run as a partial layer. The policy is priced at the budget
+    llama.cpp fitted (its free memory less the margin), and told apart by the units the two compute differently."""
+    from hwmodels.presets import load_machine
+    from benchmarks.llamacpp_report import cpu_parts, fit_runs
+    shape = shape_from_config(MOE_CFG)
+    rules = "blk\\.2\\.ffn_(up|down|gate)_(ch|)exps=CPU;blk\\.3\\.ffn_(up|down|gate)_(ch|)exps=CPU;" \
+            "blk\\.1\\.ffn_down.*=CPU"
+    assert cpu_parts(shape, ["-ngl", "5", "-ot", rules]) == ({2, 3}, set())
+    assert cpu_parts(shape, ["-ngl", "5", "-ot", "blk\\.0\\.ffn_(gate|gate_up|down).*=CPU"]) == ({0}, set())
+    assert cpu_parts(shape, ["-ngl", "5", "-ot", "blk\\.0\\.ffn_up_exps=CUDA0"]) == (set(), set())
+    assert cpu_parts(LLAMA6, ["-ot", "blk\\.4\\.ffn_(gate|up|gate_up|down).*=CPU"]) == (set(), {4})
+    m = load_machine("h200-testbox")
+    rec = {"n_prompt": 0, "n_gen": 8, "n_gpu_layers": 5, "avg_ns": 8e6, "samples_ns": [8e6], "stddev_ns": 0,
+           "args": ["-ngl", "5", "-ot", rules]}
+    entry = {"fits": [{"margin_mib": 1000, "fit_free_mib": 141000, "budget_bytes": 1, "bench": [rec]},
+                      {"error": "llama-fit-params exited 1"}]}
+    (kind, got, run), (pkind, pgot, prun) = fit_runs(entry, shape, m)
+    assert (kind, pkind) == ("fit", "fit_policy") and got["fit_budget_bytes"] == 140000 * 2**20
+    t = run.plan.tiers()
+    assert all(t[f"model.layers.{b}.mlp.experts.{e}"].compute == ("cpu" if b >= 2 else "gpu")
+               for b in range(4) for e in range(8))
+    # 140,000 MiB holds the whole model: the policy keeps every expert on the GPU, 16 experts apart from --fit's
+    assert pgot["policy_differs"] == 16 and not any(p.compute == "cpu" for p in prun.plan.placements
+                                                    if shape.unit(p.unit).kind != "embedding")
+    assert run.measured_tpot_s == prun.measured_tpot_s == pytest.approx(1e-3)
+    # -ngl -1 (printed when everything fits): every layer and the output on the GPU
+    every = dict(rec, n_gpu_layers=-1, args=["-ngl", "-1"])
+    entry = {"fits": [{"margin_mib": 0, "budget_bytes": 2**30, "bench": [every]}]}
+    (_, got, run), (_, pgot, _) = fit_runs(entry, shape, m)
+    assert got["n_gpu_layers"] == 5 and pgot["fit_budget_bytes"] == 2**30 and pgot["policy_differs"] == 0
