@@ -37,7 +37,7 @@ from sim.memory import PlanError
 from sim.plan import Budgets, Plan, Workload
 from sim.policies import llamacpp, llamacpp_ngl
 from sim.shapes import ATTENTION_KINDS, ModelShape
-from validate.peer_calibration import PeerRun, fit, predict, with_peer
+from validate.peer_calibration import PeerRun, fit, fit_host_scale, host_scaled, predict, with_peer
 
 
 HOST = load_machine("h200-testbox")
@@ -224,7 +224,8 @@ def fit_runs(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple
         if "error" in fitted:
             continue
         seen = fitted.get("fit_free_mib")
-        vram = (seen - fitted["margin_mib"]) * 2**20 if seen else fitted["budget_bytes"]
+        # (its CUDA context takes some of what nvidia-smi called free: small budgets can come out below nothing)
+        vram = max((seen - fitted["margin_mib"]) * 2**20 if seen else fitted["budget_bytes"], 0)
         for rec in pooled(fitted["bench"]):
             # -ngl -1 (llama.cpp's default, printed when everything fits): every layer with the output
             rec = dict(rec, n_gpu_layers=rec["n_gpu_layers"] if rec["n_gpu_layers"] >= 0 else shape.n_blocks + 1)
@@ -352,10 +353,39 @@ def cpu_experts(run: PeerRun, shape: ModelShape) -> bool:
     return any(t[u.name].compute == "cpu" for u in shape.units if u.kind == "expert")
 
 
-def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
+PER_HOST = "one calibration run per call"
+
+
+def cpu_bytes(run: PeerRun, shape: ModelShape) -> int:
+    """The weights a run computes with on the CPU (the embedding's rows are looked up, not streamed)."""
+    return sum(u.nbytes for u in shape.units if u.name in on_cpu(run.plan) and u.kind != "embedding")
+
+
+def host_scales(loaded, spec) -> dict[str, tuple[float, tuple]]:
+    """Per file (one call, one host): the CPU scale of llama.cpp's kernels (validate.peer_calibration.host_scaled)
+    fitted on one run, the generation test that streams the most weights on the CPU, of any architecture of the
+    call (-ngl 0 of its largest model where it has one: layers large enough that streaming, not per-operator costs,
+    decides), the model file mapped and one sequence: (scale, (arch, run, test))."""
+    best: dict[str, tuple] = {}
+    for e, shape, machine, runs in loaded:
+        for kind, rec, run in runs:
+            if kind == "ngl" and rec["n_gen"] > 0 and mapped_of(rec.get("args") or [], rec) and \
+                    run.workload.batch == 1 and cpu_bytes(run, shape) > best.get(e["file"], (0,))[0]:
+                best[e["file"]] = (cpu_bytes(run, shape), e, shape, machine, rec, run)
+    out = {}
+    for f, (_, e, shape, machine, rec, run) in best.items():
+        m = with_peer(machine, "llamacpp", spec)
+        out[f] = (fit_host_scale("llamacpp", [(shape, m, run)]), (e["arch"], run.label, f"tg{rec['n_gen']}"))
+    return out
+
+
+def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None) -> list[dict]:
+    """Every run predicted and measured. `scales`: per file, the host's CPU scale and the label of the run it was
+    measured on (host_scales); that run then counts as a calibration run."""
     rows = []
     for e, shape, machine, runs in loaded:
-        m = with_peer(machine, "llamacpp", spec)
+        scale, label = (scales or {}).get(e["file"], (1.0, None))
+        m = with_peer(machine, "llamacpp", host_scaled(spec, scale))
         for kind, rec, run in runs:
             ngls = ngls_of(runs, kind)
             s = predict(shape, m, run)
@@ -368,7 +398,8 @@ def rows_of(loaded, spec, fit_on: list[str]) -> list[dict]:
                          "test": f"B{run.workload.batch} {test}" if kind.endswith("batched") else test,
                          "ngl": rec["n_gpu_layers"],
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
-                         "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls),
+                         "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls)
+                         or (label is not None and (e["arch"], run.label, test) == label),
                          "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape),
                          # its tokens spread over the experts as a trained router's do (h200_llamacpp --embed-scale)
                          "spread_routing": shape.is_moe and e.get("embed_scale", 1.0) > 1,
@@ -502,6 +533,42 @@ def tools_gap(rows: list[dict]) -> dict:
         for test, g in sorted(gaps.items())}
 
 
+def sections(rows: list[dict], fitted_archs: set[str], slow: set[str]) -> dict:
+    """The held-out summary of every group: dense runs without flash attention, the flash-attention build's,
+    the MoE runs, the pinned ones."""
+    summary = summarise([r for r in rows if not r["fa_build"]], fitted_archs, slow)
+    fa = [r for r in rows if r["fa_build"] and not r["moe"]]
+    if fa:  # llama.cpp's default build, priced by the engine model fitted on the calls without flash attention
+        summary.update({f"{FA_BUILD}, {k}": v for k, v in summarise(fa, fitted_archs, slow).items()
+                        if k in FA_GROUPS + FIT_GROUPS or k.startswith("tg llamacpp-")})
+        summary[f"{FA_BUILD}, tg, every layer on the GPU"] = summarise(
+            [r for r in fa if r["cpu_units"] <= 1], fitted_archs, slow)["tg"]
+    for build, name in ((False, "without flash attention"), (True, FA_BUILD)):  # priced as one shared cache
+        summary[f"a KV cache per sequence, every layer on the GPU, {name}"] = summarise(
+            [dict(r, kv_per_sequence=False) for r in rows if r["fa_build"] == build and r["kv_per_sequence"]
+             and r["cpu_units"] <= 1], fitted_archs, slow).get("batched, B > 1")
+    moe = [r for r in rows if r["moe"]]
+    if moe:  # llama.cpp's MoE runs (all from flash-attention builds so far), held out apart
+        part = summarise(moe, fitted_archs, slow)
+        summary.update({f"MoE, {k}": v for k, v in part.items()
+                        if k in MOE_GROUPS + FIT_GROUPS or k.startswith("tg llamacpp-")})
+        summary["MoE, tg, routed experts on the CPU"] = summarise(
+            [r for r in moe if r["cpu_experts"]], fitted_archs, slow)["tg"]
+        for spread, name in ((False, "the random checkpoint's few experts"), (True, "tokens spread over the experts")):
+            part = summarise([r for r in moe if r["spread_routing"] == spread], fitted_archs, slow)
+            summary.update({f"MoE, {name}, {k}": part[k] for k in ("tg", "pp")})
+        for arch in sorted({r["arch"] for r in moe}):
+            part = summarise([r for r in moe if r["arch"] == arch and r["spread_routing"]], fitted_archs, slow)
+            summary.update({f"MoE {arch}, tokens spread, {k}": part[k] for k in ("tg", "pp") if part[k]["runs"]})
+    pinned = [r for r in rows if r["pinned"]]
+    if pinned:  # -lm none: the CPU's weights in pinned host buffers; the same placements mapped, beside them
+        for name, part in (("pinned (-lm none)", pinned), ("mapped, the same calls", [
+                r for r in rows if not r["pinned"] and r["file"] in {p["file"] for p in pinned}])):
+            got = summarise(part, fitted_archs, slow)
+            summary.update({f"CPU weights {name}, {k}": got[k] for k in ("tg", "pp")})
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
@@ -534,40 +601,19 @@ def main() -> None:
     print("host RAM copy, GB/s median before and after each architecture:", host_copy(loaded))
     print("contended (their calibrate timed the host's CPU slow):", sorted(slow))
     fitted_archs = {f.split(":", 1)[1] for f in fit_on}
-    summary = summarise([r for r in rows if not r["fa_build"]], fitted_archs, slow)
-    fa = [r for r in rows if r["fa_build"] and not r["moe"]]
-    if fa:  # llama.cpp's default build, priced by the engine model fitted on the calls without flash attention
-        summary.update({f"{FA_BUILD}, {k}": v for k, v in summarise(fa, fitted_archs, slow).items()
-                        if k in FA_GROUPS + FIT_GROUPS or k.startswith("tg llamacpp-")})
-        summary[f"{FA_BUILD}, tg, every layer on the GPU"] = summarise(
-            [r for r in fa if r["cpu_units"] <= 1], fitted_archs, slow)["tg"]
-    for build, name in ((False, "without flash attention"), (True, FA_BUILD)):  # priced as one shared cache
-        summary[f"a KV cache per sequence, every layer on the GPU, {name}"] = summarise(
-            [dict(r, kv_per_sequence=False) for r in rows if r["fa_build"] == build and r["kv_per_sequence"]
-             and r["cpu_units"] <= 1], fitted_archs, slow).get("batched, B > 1")
-    moe = [r for r in rows if r["moe"]]
-    if moe:  # llama.cpp's MoE runs (all from flash-attention builds so far), held out apart
-        part = summarise(moe, fitted_archs, slow)
-        summary.update({f"MoE, {k}": v for k, v in part.items()
-                        if k in MOE_GROUPS + FIT_GROUPS or k.startswith("tg llamacpp-")})
-        summary["MoE, tg, routed experts on the CPU"] = summarise(
-            [r for r in moe if r["cpu_experts"]], fitted_archs, slow)["tg"]
-        for spread, name in ((False, "the random checkpoint's few experts"), (True, "tokens spread over the experts")):
-            part = summarise([r for r in moe if r["spread_routing"] == spread], fitted_archs, slow)
-            summary.update({f"MoE, {name}, {k}": part[k] for k in ("tg", "pp")})
-        for arch in sorted({r["arch"] for r in moe}):
-            part = summarise([r for r in moe if r["arch"] == arch and r["spread_routing"]], fitted_archs, slow)
-            summary.update({f"MoE {arch}, tokens spread, {k}": part[k] for k in ("tg", "pp") if part[k]["runs"]})
-    pinned = [r for r in rows if r["pinned"]]
-    if pinned:  # -lm none: the CPU's weights in pinned host buffers; the same placements mapped, beside them
-        for name, part in (("pinned (-lm none)", pinned), ("mapped, the same calls", [
-                r for r in rows if not r["pinned"] and r["file"] in {p["file"] for p in pinned}])):
-            got = summarise(part, fitted_archs, slow)
-            summary.update({f"CPU weights {name}, {k}": got[k] for k in ("tg", "pp")})
+    summary = sections(rows, fitted_archs, slow)
+    # llama.cpp's CPU speed on each call's host from one of its runs (what a user's calibration run measures):
+    # the generation test that keeps the most units on the CPU; every other run held out, priced with it
+    scales = host_scales(loaded, spec)
+    print("host CPU scale per call (its calibration run):", {f: (round(x, 3), lab) for f, (x, lab) in scales.items()})
+    per_host = rows_of(loaded, spec, fit_on, scales)
+    summary.update({f"{PER_HOST}, {k}": v for k, v in sections(per_host, fitted_archs, slow).items()
+                    if k.split(", ")[-1] in ("tg", "pp") or "exported" in k or "--fit" in k})
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"fitted": spec.model_dump(), "held_out": summary, "rows": rows}, indent=1))
+        Path(a.json).write_text(json.dumps({"fitted": spec.model_dump(), "held_out": summary, "rows": rows,
+                                            "host_scales": scales, "rows_per_host": per_host}, indent=1))
 
 
 if __name__ == "__main__":

@@ -184,3 +184,31 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
                          for model, m, r in runs])
     res = least_squares(residuals, x0, bounds=(lower, np.inf), x_scale=np.maximum(x0, 1e-3), diff_step=1e-3)
     return spec(res.x).model_copy(update={"source": source})
+
+
+CPU_RATES = ("cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_flops_per_s")
+HOST_SCALE_BOUNDS = (0.25, 4.0)  # a host this much slower or faster than the one fitted: beyond, refit instead
+
+
+def host_scaled(spec: PeerSpec, scale: float) -> PeerSpec:
+    """The peer's costs on a host whose CPU runs the engine's kernels `scale` times as fast as the host they were
+    fitted on: every CPU speed times it, the per-operator CPU cost over it; the GPU's costs as they were."""
+    update = {p: getattr(spec, p) * scale for p in CPU_RATES if getattr(spec, p) is not None}
+    return spec.model_copy(update={**update, "cpu_op_s": spec.cpu_op_s / scale})
+
+
+def fit_host_scale(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]]) -> float:
+    """The CPU scale (host_scaled) that best explains `runs` of the real engine on this host: least squares of the
+    log of predicted over measured (a run twice as slow weighs as one twice as fast), over log scale, bounded by
+    HOST_SCALE_BOUNDS. Runs that keep nothing on the CPU do not move it: give at least one that does."""
+    from scipy.optimize import minimize_scalar
+    spec0 = runs[0][1].peers[engine]
+
+    def loss(log_s: float) -> float:
+        s = host_scaled(spec0, float(np.exp(log_s)))
+        errs = [np.log(predict(model, with_peer(m, engine, s), r)[measured(r)[0]] / measured(r)[1])
+                for model, m, r in runs]
+        return float(np.sum(np.square(errs)))
+    lo, hi = np.log(HOST_SCALE_BOUNDS)
+    res = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
+    return float(np.exp(res.x))
