@@ -34,51 +34,14 @@ from pathlib import Path
 from hwmodels.presets import load_machine
 from hwmodels.specs import MachineSpec
 from sim.memory import PlanError
-from sim.plan import Budgets, Plan, Workload
+from sim.plan import Plan, Workload
 from sim.policies import llamacpp, llamacpp_ngl
 from sim.shapes import ATTENTION_KINDS, ModelShape
+from validate.llamacpp_bench import bench_budgets as budgets, mapped_of, run_of
 from validate.peer_calibration import PeerRun, fit, fit_host_scale, host_scaled, predict, with_peer
 
 
 HOST = load_machine("h200-testbox")
-
-
-def budgets(machine: MachineSpec, mapped: bool = True) -> Budgets:
-    """The machine's whole GPU and 100 GiB of RAM, nothing pinned when llama.cpp maps the model file, all of it when
-    it reads the file into pinned host buffers (mapped_of)."""
-    return Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0 if mapped else 100 * 2**30)
-
-
-UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")  # llama-model-loader.cpp: only auto, mmap and mmap+mlock map the file
-
-
-def mapped_of(args: list[str], rec: dict | None = None) -> bool:
-    """Whether a run's CPU weights are the mapped model file (llama.cpp's default) rather than its GPU's pinned host
-    buffers: a load mode that does not map the file (-lm/--load-mode none, mlock or dio; older builds' --no-mmap or
-    llama-bench -mmp 0) reads it into them, unless --no-host keeps plain memory. llama-bench's record says which
-    (load_mode, no_host) where it has them; the arguments otherwise."""
-    rec = rec or {}
-    value = {a: args[i + 1] for i, a in enumerate(args[:-1])}
-    mode = rec.get("load_mode") or value.get("-lm") or value.get("--load-mode")
-    unmapped = mode in UNMAPPED_LOAD_MODES if mode else \
-        "--no-mmap" in args or (value.get("-mmp") or value.get("--mmap")) == "0"
-    no_host = rec["no_host"] if rec.get("no_host") is not None else \
-        "--no-host" in args and value.get("--no-host") not in ("0", "false")
-    return not unmapped or bool(no_host)
-
-
-def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None, label: str) -> PeerRun:
-    """One llama-bench record as a run: a generation test predicts its time per token (the median repetition's
-    total over G tokens), a prompt test its first token."""
-    gen = rec["n_gen"] > 0
-    w = Workload(batch=1, prompt_tokens=1 if gen else rec["n_prompt"], new_tokens=rec["n_gen"] + 1 if gen else 1)
-    mapped = mapped_of(rec.get("args") or [], rec)
-    b = budgets(machine, mapped)
-    plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"], rec.get("n_cpu_moe") or 0, mapped)
-    t = statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9  # robust to a slow first repetition
-    # its warm-up run and the repetition before left the decode graph captured (the median repetition replays it)
-    return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t,
-                   graphs_warm=True)
 
 
 def pooled(recs: list[dict]) -> list[dict]:

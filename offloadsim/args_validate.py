@@ -28,6 +28,17 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--dir", default=".", help="folder on the disk to measure")
     c.add_argument("--out", default="profile.json")
 
+    cp = sub.add_parser("calibrate-peer", help="fit llama.cpp's CPU speed on this host from llama-bench's output and "
+                        "write a profile that simulate --policy llamacpp and plan --engine llamacpp use")
+    from offloadsim.commands_peer import calibrate_peer_cmd
+    cp.set_defaults(run=calibrate_peer_cmd)
+    cp.add_argument("model", metavar="MODEL", help="the model llama-bench ran: its .gguf file (or a config.json)")
+    cp.add_argument("--bench", required=True, help="llama-bench -o json (or jsonl) output, with at least one "
+                    "generation test that keeps weights on the CPU, e.g. llama-bench -m MODEL.gguf -ngl 0,99 -n 32")
+    cp.add_argument("--profile", default="h200-testbox", help="machine preset or profile JSON to start from")
+    cp.add_argument("--out", default="profile-llamacpp.json", help="profile JSON to write")
+    cp.add_argument("--json", action="store_true")
+
     v = sub.add_parser("validate", help="run a plan on the engine and compare with the simulator")
     v.set_defaults(run=commands_validate.validate_cmd)
     v.add_argument("--checkpoint", required=True, help="Hugging Face checkpoint folder (config.json + safetensors)")

@@ -49,7 +49,8 @@ def streamed_units(model: ModelShape, plan: Plan, w: Workload | None = None) -> 
     t = plan.tiers()
     out = [u.name for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
     if plan.gpu_offload_min_tokens and w and w.batch * w.prompt_tokens >= plan.gpu_offload_min_tokens:
-        out += [u.name for u in model.units if t[u.name].compute == "cpu"]
+        # the engine's offload of CPU-held weights (llama.cpp's); it looks an embedding's rows up in place instead
+        out += [u.name for u in model.units if t[u.name].compute == "cpu" and u.kind != "embedding"]
     return out
 
 

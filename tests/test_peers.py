@@ -1021,3 +1021,114 @@ def test_llamacpp_report_reads_the_placement_llama_cpp_fit_chose_and_the_budget_
     entry = {"fits": [{"margin_mib": 0, "budget_bytes": 2**30, "bench": [every]}]}
     (_, got, run), (_, pgot, _) = fit_runs(entry, shape, m)
     assert got["n_gpu_layers"] == 5 and pgot["fit_budget_bytes"] == 2**30 and pgot["policy_differs"] == 0
+
+
+def _bench_records(shape, machine, scale: float, ngls=(0, 3, 7), n_gen: int = 32) -> list[dict]:
+    """llama-bench generation records of a host whose CPU runs llama.cpp `scale` times as fast as the preset's:
+    each record's time is the engine model's with the preset's CPU speeds scaled (hand-set truth to recover)."""
+    from validate.llamacpp_bench import run_of
+    from validate.peer_calibration import host_scaled, predict, with_peer
+    truth = with_peer(machine, "llamacpp", host_scaled(machine.peers["llamacpp"], scale))
+    out = []
+    for ngl in ngls:
+        rec = {"n_prompt": 0, "n_gen": n_gen, "n_gpu_layers": ngl, "avg_ns": 1.0, "use_mmap": True}
+        t = predict(shape, truth, run_of(rec, shape, truth, None, ""))["time_per_token_s"]
+        out.append(dict(rec, avg_ns=t * n_gen * 1e9, samples_ns=[t * n_gen * 1e9] * 3))
+    return out
+
+
+def test_host_scale_multiplies_every_cpu_speed_and_divides_the_operator_cost():
+    from hwmodels.presets import load_machine
+    from validate.peer_calibration import host_scaled
+    spec = load_machine("h200-testbox").peers["llamacpp"]
+    s = host_scaled(spec, 2.0)
+    assert s.cpu_bytes_per_s == 2 * spec.cpu_bytes_per_s and s.cpu_cache_bytes_per_s == 2 * spec.cpu_cache_bytes_per_s
+    assert s.cpu_head_bytes_per_s == 2 * spec.cpu_head_bytes_per_s and s.cpu_flops_per_s == 2 * spec.cpu_flops_per_s
+    assert s.cpu_op_s == spec.cpu_op_s / 2 and s.gpu_op_s == spec.gpu_op_s and s.step_s == spec.step_s
+
+
+def test_calibrate_host_recovers_a_known_cpu_speed_from_llama_bench_records():
+    """Records timed as a host 1.3x as fast would time them: the fitted scale is 1.3, and after it every record's
+    prediction matches; a record with every layer on the GPU does not count (nothing of the CPU in it)."""
+    from hwmodels.presets import load_machine
+    from hwmodels.units import InputError
+    from validate.llamacpp_bench import calibrate_host
+    m = load_machine("h200-testbox")
+    recs = _bench_records(LLAMA6, m, 1.3, ngls=(0, 3, 7))
+    got, rep = calibrate_host(LLAMA6, m, recs, "test")
+    assert rep["host_cpu_scale"] == pytest.approx(1.3, rel=1e-3)
+    assert [r["used"] for r in rep["runs"]] == [True, True, False]  # -ngl 7 of 6 blocks: all on the GPU
+    assert all(r["after_s"] == pytest.approx(r["measured_s"], rel=1e-3) for r in rep["runs"])
+    assert rep["runs"][0]["before_s"] > rep["runs"][0]["measured_s"]  # the preset's slower CPU
+    assert got.peers["llamacpp"].cpu_bytes_per_s == pytest.approx(1.3 * m.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
+    assert "1.300" in got.peers["llamacpp"].source and "test" in got.peers["llamacpp"].source
+    with pytest.raises(InputError, match="says nothing of this host's CPU"):
+        calibrate_host(LLAMA6, m, recs[2:], "test")
+    with pytest.raises(InputError, match="no generation test"):
+        calibrate_host(LLAMA6, m, [dict(recs[0], n_gen=0, n_prompt=128)], "test")
+    with pytest.raises(InputError, match="at the edge"):  # 10x: no single factor of a similar host stands for it
+        calibrate_host(LLAMA6, m, _bench_records(LLAMA6, m, 10.0, ngls=(0,)), "test")
+
+
+def test_calibrate_peer_cli_writes_a_profile_that_simulate_uses(tmp_path, capsys):
+    """offloadsim calibrate-peer MODEL --bench llama-bench.json: the profile it writes carries the host's llama.cpp
+    costs (simulate --policy llamacpp on it predicts the benchmarked time); bad records are one sentence."""
+    import json
+    from hwmodels.presets import load_machine
+    from offloadsim.cli import main
+    from sim.models import preset_config
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(dict(preset_config("llama-3.1-8b"), num_hidden_layers=6)))
+    m = load_machine("h200-testbox")
+    recs = _bench_records(LLAMA6, m, 0.8, ngls=(0,))
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(recs))
+    out = tmp_path / "p.json"
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "0.800x" in text and str(out) in text
+    prof = load_machine(str(out))
+    assert prof.peers["llamacpp"].cpu_bytes_per_s == pytest.approx(0.8 * m.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
+    # 1 GiB of VRAM holds no layer with the output head (1.05 GB) first: llama.cpp's own placement is -ngl 0, the
+    # benchmarked setting, and the profile predicts what the host measured (the preset, its slower time)
+    for machine, want in ((str(out), recs[0]["avg_ns"] / 32e9), ("h200-testbox", None)):
+        assert main(["simulate", str(cfg), "--machine", machine, "--policy", "llamacpp", "--new-tokens", "33",
+                     "--prompt-tokens", "1", "--vram", "1GiB", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)["time_per_token_s"]
+        if want:
+            assert got == pytest.approx(want, rel=0.02)
+        else:
+            assert got < 0.85 * recs[0]["avg_ns"] / 32e9  # the preset's CPU, 1 / 0.8 as fast
+    # JSON lines (llama-bench -o jsonl) read alike; a record without its time is refused in one sentence
+    bench.write_text("\n".join(json.dumps(r) for r in recs))
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(0.8, rel=1e-3)
+    bench.write_text(json.dumps([{k: v for k, v in recs[0].items() if k != "avg_ns"}]))
+    before = out.read_text()
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "record 0" in err and "'avg_ns'" in err and "Traceback" not in err and out.read_text() == before
+
+
+def test_llamacpp_fit_reserves_a_blocks_room_and_never_copies_the_embedding():
+    """llama.cpp's --fit on a dense model: from the back, the head then blocks while they fit in the budget less the
+    KV cache, the activations and one block's room for the prefill's copies of CPU-held weights (ggml never copies
+    the embedding: its rows are looked up in place, and the head goes to the GPU first). With room for the head
+    and exactly 3 blocks besides, it places those 4 layers (-ngl 4); a byte less, 3. A prompt of 128 tokens copies
+    the CPU blocks but never the embedding: with every block on the GPU nothing is staged."""
+    from hwmodels.presets import load_machine
+    from sim.memory import activation_bytes, kv_cache_bytes, memory_use
+    from sim.plan import Budgets, Workload
+    from sim.policies import llamacpp, llamacpp_ngl
+    m = load_machine("h200-testbox")
+    w = Workload(batch=1, prompt_tokens=128, new_tokens=8)
+    size = {u.kind: u.nbytes for u in LLAMA6.units}
+    need = size["lm_head"] + 4 * size["decoder"] + kv_cache_bytes(LLAMA6, w) + activation_bytes(LLAMA6, w)
+    for vram, want in ((need, 4), (need - 1, 3)):
+        plan = llamacpp(LLAMA6, m, w, Budgets(vram_bytes=vram, ram_bytes=100 * 2**30, pinned_bytes=0))
+        t = plan.tiers()
+        gpu = [u.block for u in LLAMA6.units if u.kind == "decoder" and t[u.name].compute == "gpu"]
+        assert t["lm_head"].tier == "vram" and gpu == list(range(6 - (want - 1), 6))
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
+    assert memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 7), w, b).slot_bytes == 0
+    assert memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 3), w, b).slot_bytes == size["decoder"]

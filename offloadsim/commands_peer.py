@@ -1,0 +1,31 @@
+"""Handler of calibrate-peer: a peer engine's costs fitted to this host from the engine's own benchmark output."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hwmodels.presets import load_machine
+from offloadsim.output import emit
+from offloadsim.outputs import atomic, check_output
+
+
+def calibrate_peer_cmd(args: argparse.Namespace) -> int:
+    from sim.models import load_model
+    from validate.llamacpp_bench import calibrate_host, read_records
+    out = check_output(args.out, "out", (args.bench, args.model, args.profile), (".json",))
+    machine = load_machine(args.profile)
+    shape = load_model(args.model)
+    records = read_records(Path(args.bench))
+    m, rep = calibrate_host(shape, machine, records, f"{args.bench} on {args.profile}")
+    prof = {"machine": json.loads(m.model_dump_json()), "calibrate_peer": rep}
+    with atomic(out) as tmp:
+        tmp.write_text(json.dumps(prof, indent=1, default=float))
+    lines = [f"llama.cpp on this host: CPU {rep['host_cpu_scale']:.3f}x the speed of profile {args.profile!r}'s "
+             f"llama.cpp costs; profile written to {args.out} (use it as --machine {args.out})",
+             "| run | tokens | measured (s/token) | predicted before | after | used |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {r['tokens']} | {r['measured_s']:.4f} | {r['before_s']:.4f} "
+              f"({100 * (r['before_s'] / r['measured_s'] - 1):+.1f}%) | {r['after_s']:.4f} "
+              f"({100 * (r['after_s'] / r['measured_s'] - 1):+.1f}%) | {'yes' if r['used'] else 'no: all on the GPU'} |"
+              for r in rep["runs"]]
+    return emit(args, {"profile": str(out), **rep}, "\n".join(lines))

@@ -1,0 +1,147 @@
+"""llama.cpp's own measurements (llama-bench -o json) as runs of the llama.cpp engine model, and one host's CPU speed
+calibrated on them.
+
+A llama-bench record becomes a run: the placement its -ngl (and --n-cpu-moe) gives (sim.policies.llamacpp_ngl),
+its weights the mapped model file unless its load mode reads them into pinned host buffers (mapped_of), its time
+per token (a generation test: the median repetition over its G tokens) or its first token (a prompt test).
+
+The engine's costs were fitted on one host (the h200-testbox preset's peers.llamacpp, docs/peers.md); the same
+settings timed on hosts of the same kind ran up to 28% apart in their CPU share (calls AA and AH, docs/peers.md),
+as hosts shared with other work do. `calibrate_host` measures that on the user's host from their own llama-bench
+runs: one factor on the CPU's speeds (validate.peer_calibration.host_scaled), fitted by least squares of the log
+error over the generation tests given. No torch.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from hwmodels.specs import MachineSpec, PeerSpec
+from hwmodels.units import InputError
+from sim.plan import Budgets, Plan, Workload
+from sim.policies import llamacpp_ngl
+from sim.shapes import ModelShape
+from validate.peer_calibration import HOST_SCALE_BOUNDS, PeerRun, fit_host_scale, host_scaled, predict, with_peer
+
+UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")  # llama-model-loader.cpp: only auto, mmap and mmap+mlock map the file
+MAX_BENCH_BYTES = 64 * 2**20
+MAX_RECORDS = 10_000
+
+
+def bench_budgets(machine: MachineSpec, mapped: bool = True) -> Budgets:
+    """The machine's whole GPU and 100 GiB of RAM, nothing pinned when llama.cpp maps the model file, all of it when
+    it reads the file into pinned host buffers (mapped_of)."""
+    return Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0 if mapped else 100 * 2**30)
+
+
+def mapped_of(args: list[str], rec: dict | None = None) -> bool:
+    """Whether a run's CPU weights are the mapped model file (llama.cpp's default) rather than its GPU's pinned host
+    buffers: a load mode that does not map the file (-lm/--load-mode none, mlock or dio; older builds' --no-mmap or
+    llama-bench -mmp 0) reads it into them, unless --no-host keeps plain memory. llama-bench's record says which
+    (load_mode, no_host) where it has them; the arguments otherwise."""
+    rec = rec or {}
+    value = {a: args[i + 1] for i, a in enumerate(args[:-1])}
+    mode = rec.get("load_mode") or value.get("-lm") or value.get("--load-mode")
+    unmapped = mode in UNMAPPED_LOAD_MODES if mode else \
+        "--no-mmap" in args or (value.get("-mmp") or value.get("--mmap")) == "0"
+    no_host = rec["no_host"] if rec.get("no_host") is not None else \
+        "--no-host" in args and value.get("--no-host") not in ("0", "false")
+    if "use_mmap" in rec and not mode and not args:  # a plain llama-bench record: its use_mmap field says it
+        unmapped = not rec["use_mmap"]
+    return not unmapped or bool(no_host)
+
+
+def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None, label: str) -> PeerRun:
+    """One llama-bench record as a run: a generation test predicts its time per token (the median repetition's
+    total over G tokens), a prompt test its first token."""
+    gen = rec["n_gen"] > 0
+    w = Workload(batch=1, prompt_tokens=1 if gen else rec["n_prompt"], new_tokens=rec["n_gen"] + 1 if gen else 1)
+    mapped = mapped_of(rec.get("args") or [], rec)
+    b = bench_budgets(machine, mapped)
+    plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"], rec.get("n_cpu_moe") or 0, mapped)
+    t = statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9  # robust to a slow first repetition
+    # its warm-up run and the repetition before left the decode graph captured (the median repetition replays it)
+    return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t,
+                   graphs_warm=True)
+
+
+def read_records(path: Path) -> list[dict]:
+    """llama-bench's records from its `-o json` (an array) or `-o jsonl` (one object a line) output, each checked
+    for the fields a run needs; one sentence naming the file, the record and the fix otherwise."""
+    from sim.models import load_json
+    fix = "give the output of llama-bench -o json"
+    if path.is_file() and path.stat().st_size <= MAX_BENCH_BYTES and path.read_bytes()[:1] == b"{":
+        try:
+            data = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise InputError(f"bench: {str(path)!r} is neither a JSON array nor JSON lines; {fix}.") from None
+    else:
+        data = load_json(path, "bench", MAX_BENCH_BYTES, fix)
+    if not isinstance(data, list) or not data or len(data) > MAX_RECORDS:
+        raise InputError(f"bench: {str(path)!r} holds no list of llama-bench records (1 to {MAX_RECORDS}); {fix}.")
+    need = {"n_prompt": int, "n_gen": int, "n_gpu_layers": int, "avg_ns": (int, float)}
+    for i, rec in enumerate(data):
+        bad = next((k for k, t in need.items() if not isinstance(rec, dict) or not isinstance(rec.get(k), t)
+                    or isinstance(rec.get(k), bool) or rec.get(k) < 0), None)
+        if bad is not None:
+            raise InputError(f"bench: record {i} of {str(path)!r} has no valid {bad!r}; {fix}.")
+        if rec["avg_ns"] <= 0 or rec["n_gen"] == 0 and rec["n_prompt"] == 0:
+            raise InputError(f"bench: record {i} of {str(path)!r} timed nothing (avg_ns {rec['avg_ns']}, "
+                             f"n_prompt {rec['n_prompt']}, n_gen {rec['n_gen']}); {fix}.")
+        samples = rec.get("samples_ns")
+        if samples is not None and (not isinstance(samples, list) or not samples
+                                    or not all(isinstance(x, (int, float)) and x > 0 for x in samples)):
+            raise InputError(f"bench: record {i} of {str(path)!r} has samples_ns that are not positive times; {fix}.")
+    return data
+
+
+def _base_spec(machine: MachineSpec) -> tuple[PeerSpec, str]:
+    """The machine's llama.cpp costs, or where it has no CPU speeds for llama.cpp the h200-testbox preset's (the
+    engine's kernels as measured there), with a note saying so."""
+    spec = machine.peers.get("llamacpp")
+    if spec is not None and spec.cpu_bytes_per_s is not None:
+        return spec, ""
+    from hwmodels.presets import load_machine
+    return load_machine("h200-testbox").peers["llamacpp"], "llama.cpp's costs of the h200-testbox preset, "
+
+
+def calibrate_host(shape: ModelShape, machine: MachineSpec, records: list[dict],
+                   source: str) -> tuple[MachineSpec, dict]:
+    """The machine with its llama.cpp costs scaled to this host's CPU (fit_host_scale over the generation tests of
+    one sequence given), and a report: the scale and, per test, predicted before and after against measured."""
+    gen = [r for r in records if r["n_gen"] > 0 and r.get("n_depth", 0) == 0]
+    if not gen:
+        raise InputError("bench: no generation test (n_gen > 0, from an empty context) among the records; run "
+                         "llama-bench with -n 32.")
+    spec, note = _base_spec(machine)
+    m0 = with_peer(machine, "llamacpp", spec)
+    runs = []
+    for i, rec in enumerate(gen):
+        ngl = rec["n_gpu_layers"] if rec["n_gpu_layers"] <= shape.n_blocks + 1 else shape.n_blocks + 1
+        try:
+            runs.append(run_of(dict(rec, n_gpu_layers=ngl), shape, m0, None, f"-ngl {ngl}"
+                               + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "")))
+        except InputError as exc:
+            raise InputError(f"bench: generation test {i} (-ngl {ngl}) does not fit this machine's GPU in the "
+                             f"model given ({exc}); give the profile of the machine that ran it.") from None
+    held = [r for r in runs if any(p.compute == "cpu" for p in r.plan.placements
+                                   if shape.unit(p.unit).kind != "embedding")]
+    if not held:
+        raise InputError("bench: every generation test keeps all layers on the GPU, which says nothing of this "
+                         "host's CPU; add one with weights on the CPU, e.g. llama-bench -ngl 0 -n 32.")
+    scale = fit_host_scale("llamacpp", [(shape, m0, r) for r in held])
+    lo, hi = HOST_SCALE_BOUNDS
+    if not lo * 1.001 < scale < hi * 0.999:
+        raise InputError(f"bench: this host's CPU runs llama.cpp {scale:.2f}x as fast as the profile's, at the "
+                         f"edge of what one factor can stand for ({lo} to {hi}); calibrate the machine first "
+                         "(offloadsim calibrate) or check that the model file is the one benchmarked.")
+    scaled = host_scaled(spec, scale).model_copy(update={"source": (
+        f"[M] measured: {note}their CPU speeds scaled by {scale:.3f} to this host, fitted on {len(held)} llama-bench "
+        f"generation tests ({', '.join(r.label for r in held)}) of {shape.name} by offloadsim calibrate-peer "
+        f"(validate/llamacpp_bench.py) from {source}")})
+    m1 = with_peer(machine, "llamacpp", scaled)
+    rows = [{"run": r.label, "tokens": rec["n_gen"], "measured_s": r.measured_tpot_s,
+             "before_s": predict(shape, m0, r)["time_per_token_s"],
+             "after_s": predict(shape, m1, r)["time_per_token_s"], "used": r in held} for rec, r in zip(gen, runs)]
+    return m1, {"engine": "llamacpp", "host_cpu_scale": scale, "runs": rows, "source": scaled.source}
