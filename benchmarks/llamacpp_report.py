@@ -17,10 +17,18 @@ Each setting's time is the median of its repetitions (pooled over rounds).
 Calls Y, Z and AA ran llama.cpp's default build, with ggml-cuda's flash-attention kernels (flash_attention_build): the
 runs of such a build are priced with PeerSpec.flash_attention (the others pay gpu_mm_attention_s per GPU attention
 on a one-token step), enter the fit with every layer on the GPU only (on_gpu), and are held out apart.
-Run: python benchmarks/llamacpp_report.py docs/peers/llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z,aa}.json \
+Prompt tests of weights in pinned host buffers (-lm none) named by --fit-pinned fit their own per-split cost
+(gpu_offload_split_pinned_s) alone, the rest as fitted. Each call's host is also calibrated apart: one factor on
+llama.cpp's CPU speeds fitted on its generation test that streams the most weights on the CPU (host_scales, what
+`offloadsim calibrate-peer` does with a user's llama-bench output), every other run held out ("one calibration run
+per call"). llama.cpp's own --fit placements (h200_llamacpp.py --fit-shares) are priced as placed and as the
+`llamacpp` policy places the model at the budget llama.cpp fitted.
+Run (docs/peers): python ../../benchmarks/llamacpp_report.py \
+     llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z,aa,ab,ac,ad,ae,af,ag,ah,ai}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
-     --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b --fit llamacpp-z.json:llama-1b [--json OUT]
+     --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b --fit llamacpp-z.json:llama-1b \
+     --fit-pinned llamacpp-ae.json:llama-1b [--json OUT]
 """
 from __future__ import annotations
 
@@ -38,7 +46,7 @@ from sim.plan import Plan, Workload
 from sim.policies import llamacpp, llamacpp_ngl
 from sim.shapes import ATTENTION_KINDS, ModelShape
 from validate.llamacpp_bench import bench_budgets as budgets, mapped_of, run_of
-from validate.peer_calibration import PeerRun, fit, fit_host_scale, host_scaled, predict, with_peer
+from validate.peer_calibration import PeerRun, fit, fit_host_scale, fit_scalar, host_scaled, predict, with_peer
 
 
 HOST = load_machine("h200-testbox")
@@ -310,6 +318,16 @@ def in_fit(e: dict, fit_on: list[str], kind: str, rec: dict, run: PeerRun, shape
     return fitted_on(e, fit_on) and is_calibration(kind, rec, ngls) and (not e["fa_build"] or on_gpu(run, shape))
 
 
+PINNED_SPLIT_BOUNDS = (1e-7, 1e-3)  # seconds per weight tensor of a pinned unit that the prefill offload copies
+
+
+def in_pinned_fit(e: dict, fit_pinned: tuple, kind: str, rec: dict, run: PeerRun) -> bool:
+    """A prompt test of an architecture named by --fit-pinned with weights in pinned host buffers on the CPU (-lm
+    none): what fits gpu_offload_split_pinned_s."""
+    return f"{e['file']}:{e['arch']}" in fit_pinned and kind == "ngl" and rec["n_gen"] == 0 \
+        and not mapped_of(rec.get("args") or [], rec) and any(p.tier == "ram_pinned" for p in run.plan.placements)
+
+
 def cpu_experts(run: PeerRun, shape: ModelShape) -> bool:
     """Some routed expert computed on the CPU (--n-cpu-moe, -ot ...exps=CPU, or a CPU layer of an MoE)."""
     t = run.plan.tiers()
@@ -342,7 +360,7 @@ def host_scales(loaded, spec) -> dict[str, tuple[float, tuple]]:
     return out
 
 
-def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None) -> list[dict]:
+def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, fit_pinned: tuple = ()) -> list[dict]:
     """Every run predicted and measured. `scales`: per file, the host's CPU scale and the label of the run it was
     measured on (host_scales); that run then counts as a calibration run."""
     rows = []
@@ -362,6 +380,7 @@ def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None) -> list
                          "ngl": rec["n_gpu_layers"],
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls)
+                         or in_pinned_fit(e, fit_pinned, kind, rec, run)
                          or (label is not None and (e["arch"], run.label, test) == label),
                          "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape),
                          # its tokens spread over the experts as a trained router's do (h200_llamacpp --embed-scale)
@@ -536,6 +555,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--fit-pinned", action="append", default=None, metavar="FILE:ARCH",
+                    help="an architecture of a file whose prompt tests of pinned weights (-lm none) fit the per-split "
+                         "cost of pinned weights (gpu_offload_split_pinned_s; repeatable; default: none)")
     ap.add_argument("--fit", action="append", default=None, metavar="FILE:ARCH",
                     help="an architecture of a file to fit on (repeatable; default: the first of the first file)")
     a = ap.parse_args()
@@ -551,8 +573,17 @@ def main() -> None:
            f"({', '.join(r.label for _, _, r in cal)}) on the H200 test machine (benchmarks/h200_llamacpp.py, "
            "llamacpp_report.py)")
     spec = fit("llamacpp", cal, src)
+    fit_pinned = tuple(a.fit_pinned or ())
+    pin = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
+           for kind, rec, run in runs if in_pinned_fit(e, fit_pinned, kind, rec, run)]
+    if pin:  # the per-split cost of pinned weights, on those runs alone (the rest as fitted)
+        x = fit_scalar("llamacpp", pin, lambda v: spec.model_copy(update={"gpu_offload_split_pinned_s": v}),
+                       PINNED_SPLIT_BOUNDS)
+        spec = spec.model_copy(update={"gpu_offload_split_pinned_s": x})
+        print(f"gpu_offload_split_pinned_s fitted on {len(pin)} prompt tests of pinned weights "
+              f"({', '.join(r.label for _, _, r in pin)}): {x:.3e}")
     print("llamacpp fitted:", {k: v for k, v in spec.model_dump().items() if isinstance(v, float)})
-    rows = rows_of(loaded, spec, fit_on)
+    rows = rows_of(loaded, spec, fit_on, fit_pinned=fit_pinned)
     print("| arch | run | test | -ngl | CPU units | used to fit | predicted / measured (s) | err | run-to-run sd |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -569,14 +600,14 @@ def main() -> None:
     # the generation test that keeps the most units on the CPU; every other run held out, priced with it
     scales = host_scales(loaded, spec)
     print("host CPU scale per call (its calibration run):", {f: (round(x, 3), lab) for f, (x, lab) in scales.items()})
-    per_host = rows_of(loaded, spec, fit_on, scales)
+    per_host = rows_of(loaded, spec, fit_on, scales, fit_pinned)
     summary.update({f"{PER_HOST}, {k}": v for k, v in sections(per_host, fitted_archs, slow).items()
                     if k.split(", ")[-1] in ("tg", "pp") or "exported" in k or "--fit" in k})
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:
         Path(a.json).write_text(json.dumps({"fitted": spec.model_dump(), "held_out": summary, "rows": rows,
-                                            "host_scales": scales, "rows_per_host": per_host}, indent=1))
+                                            "host_scales": scales}, indent=1))
 
 
 if __name__ == "__main__":

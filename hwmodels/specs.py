@@ -181,6 +181,11 @@ class PeerSpec(Spec):
                                                   "each a split of ggml's scheduler of its own (synchronise, copy, "
                                                   "launch); the unit's attention stays on the CPU with its KV cache "
                                                   "(at cpu_flops_per_s).")
+    gpu_offload_split_pinned_s: NonNegativeFloat | None = Field(default=None, description="gpu_offload_split_s "
+                                                                "instead for a unit in pinned host memory (ram_pinned: "
+                                                                "llama.cpp --load-mode none): its copy is one DMA, "
+                                                                "where a pageable one goes through the driver's "
+                                                                "staging buffers. Absent: gpu_offload_split_s.")
     gpu_graph_warmup_op_s: NonNegativeFloat = Field(default=0.0, description="With gpu_dispatch 'graph': per "
                                                     "operator of a GPU-computed unit (sim.shapes.GGML_OPS), on each "
                                                     "decode step that warms a graph up (sim.schedule."

@@ -105,7 +105,9 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     # (the GPU price of the unit still counts its attention there too: small beside the copy at these step sizes)
     offloaded = [peer is not None and plan.engine == "llamacpp" and t[u.name].compute == "cpu"
                  and u.kind != "embedding" for u in units]
-    split_s = peer.gpu_offload_split_s if peer is not None else 0.0
+    split = peer.gpu_offload_split_s if peer is not None else 0.0
+    pinned_split = peer.gpu_offload_split_pinned_s if peer is not None else None
+    split_of = [pinned_split if m == "pinned" and pinned_split is not None else split for m in memory]
     attn_flops = (cpu_flops or machine.cpu.flops_per_s) if peer is not None else 0.0
 
     # llama.cpp's CUDA graphs: a step that warms one up launches its GPU units' operators one by one
@@ -123,13 +125,13 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         run in the step: on the device that runs them, a split per fused weight when offloaded, a graph warm-up."""
         op = op_s[cpu] or 0.0
         return moe_ops * (op + (warmup_op_s if not cpu and s in warmup and t[units[ui].name].compute == "gpu"
-                                else 0.0)) + (split_s * GGML_MOE_WEIGHTS if offloaded[ui] and not cpu else 0.0)
+                                else 0.0)) + (split_of[ui] * GGML_MOE_WEIGHTS if offloaded[ui] and not cpu else 0.0)
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0,
                      first_expert: bool = False) -> float:
         block = moe_block_s(ui, cpu, s) if first_expert and moe_ops else 0.0
         if offloaded[ui] and not cpu:  # ggml_weights splits of its own, the attention over the shared cache's cells
-            return _compute_time(ui, cpu, batch, new, ctx) + split_s * ggml_weights(units[ui].kind, model.family) \
+            return _compute_time(ui, cpu, batch, new, ctx) + split_of[ui] * ggml_weights(units[ui].kind, model.family) \
                 + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops + block
         return _compute_time(ui, cpu, batch, new, ctx) + (warmup_s[ui] if s in warmup else 0.0) \
             + (mm_attention[ui] if not cpu and batch * new == 1 else 0.0) + block

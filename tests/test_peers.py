@@ -1132,3 +1132,31 @@ def test_llamacpp_fit_reserves_a_blocks_room_and_never_copies_the_embedding():
     b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
     assert memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 7), w, b).slot_bytes == 0
     assert memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 3), w, b).slot_bytes == size["decoder"]
+
+
+def test_llamacpp_prefill_pays_the_pinned_split_cost_for_pinned_weights_only():
+    """A prompt of 128 tokens on -ngl 3 of six blocks (three CPU blocks, copied to the GPU weight by weight): with
+    the CPU's weights pinned (-lm none) each of their weight tensors costs gpu_offload_split_pinned_s, mapped ones
+    gpu_offload_split_s. Raising the pinned cost by X lengthens the pinned prompt by X times the CPU blocks' weight
+    tensors (ggml_weights: nine a Llama block) and leaves the mapped prompt alone; absent, it is the mapped cost."""
+    from hwmodels.presets import load_machine
+    from sim.plan import Budgets, Workload
+    from sim.policies import llamacpp_ngl
+    from sim.shapes import ggml_weights
+    from sim.simulate import fast_simulate
+    from validate.peer_calibration import with_peer
+    m = load_machine("h200-testbox")
+    spec = m.peers["llamacpp"]
+    w = Workload(batch=1, prompt_tokens=128, new_tokens=1)
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=100 * 2**30)
+    plans = {mapped: llamacpp_ngl(LLAMA6, m, w, b, 3, mapped=mapped) for mapped in (True, False)}
+
+    def ttft(pinned_split, mapped):
+        mm = with_peer(m, "llamacpp", spec.model_copy(update={"gpu_offload_split_pinned_s": pinned_split}))
+        return fast_simulate(LLAMA6, mm, plans[mapped], w, b)["ttft_s"]
+    weights = 4 * ggml_weights("decoder", LLAMA6.family)  # blocks 0-3 on the CPU (-ngl 3: the head and blocks 4-5)
+    cpu_blocks = sum(p.compute == "cpu" for p in plans[False].placements if LLAMA6.unit(p.unit).kind == "decoder")
+    assert cpu_blocks == 4 and ggml_weights("decoder", LLAMA6.family) == 9
+    assert ttft(1e-3, False) - ttft(0.0, False) == pytest.approx(1e-3 * weights, rel=1e-6)
+    assert ttft(1e-3, True) == pytest.approx(ttft(0.0, True), rel=1e-12)
+    assert ttft(None, False) == pytest.approx(ttft(spec.gpu_offload_split_s, False), rel=1e-12)

@@ -197,18 +197,23 @@ def host_scaled(spec: PeerSpec, scale: float) -> PeerSpec:
     return spec.model_copy(update={**update, "cpu_op_s": spec.cpu_op_s / scale})
 
 
-def fit_host_scale(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]]) -> float:
-    """The CPU scale (host_scaled) that best explains `runs` of the real engine on this host: least squares of the
-    log of predicted over measured (a run twice as slow weighs as one twice as fast), over log scale, bounded by
-    HOST_SCALE_BOUNDS. Runs that keep nothing on the CPU do not move it: give at least one that does."""
+def fit_scalar(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], spec_of, bounds) -> float:
+    """The value x in `bounds` whose peer costs spec_of(x) best explain `runs`: least squares of the log of
+    predicted over measured (a run twice as slow weighs as one twice as fast), over log x (scipy's bounded
+    minimize_scalar)."""
     from scipy.optimize import minimize_scalar
-    spec0 = runs[0][1].peers[engine]
 
-    def loss(log_s: float) -> float:
-        s = host_scaled(spec0, float(np.exp(log_s)))
+    def loss(log_x: float) -> float:
+        s = spec_of(float(np.exp(log_x)))
         errs = [np.log(predict(model, with_peer(m, engine, s), r)[measured(r)[0]] / measured(r)[1])
                 for model, m, r in runs]
         return float(np.sum(np.square(errs)))
-    lo, hi = np.log(HOST_SCALE_BOUNDS)
-    res = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
-    return float(np.exp(res.x))
+    lo, hi = np.log(bounds)
+    return float(np.exp(minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4}).x))
+
+
+def fit_host_scale(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]]) -> float:
+    """The CPU scale (host_scaled) that best explains `runs` of the real engine on this host (fit_scalar), bounded
+    by HOST_SCALE_BOUNDS. Runs that keep nothing on the CPU do not move it: give at least one that does."""
+    spec0 = runs[0][1].peers[engine]
+    return fit_scalar(engine, runs, lambda x: host_scaled(spec0, x), HOST_SCALE_BOUNDS)
