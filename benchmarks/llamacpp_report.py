@@ -382,7 +382,7 @@ def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, fit_pin
                          "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls)
                          or in_pinned_fit(e, fit_pinned, kind, rec, run)
                          or (label is not None and (e["arch"], run.label, test) == label),
-                         "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape),
+                         "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape), "hidden": shape.hidden,
                          # its tokens spread over the experts as a trained router's do (h200_llamacpp --embed-scale)
                          "spread_routing": shape.is_moe and e.get("embed_scale", 1.0) > 1,
                          "pinned": not mapped_of(rec.get("args") or [], rec),
@@ -515,9 +515,10 @@ def tools_gap(rows: list[dict]) -> dict:
         for test, g in sorted(gaps.items())}
 
 
-def sections(rows: list[dict], fitted_archs: set[str], slow: set[str]) -> dict:
+def sections(rows: list[dict], fitted_archs: set[str], slow: set[str], narrowest: int = 0) -> dict:
     """The held-out summary of every group: dense runs without flash attention, the flash-attention build's,
-    the MoE runs, the pinned ones."""
+    the MoE runs, the pinned ones; and the dense generation tests of shapes at least as wide as the narrowest
+    fitted (`narrowest`, its hidden size: what the fit has seen, where a narrower layer is an extrapolation)."""
     summary = summarise([r for r in rows if not r["fa_build"]], fitted_archs, slow)
     fa = [r for r in rows if r["fa_build"] and not r["moe"]]
     if fa:  # llama.cpp's default build, priced by the engine model fitted on the calls without flash attention
@@ -529,6 +530,11 @@ def sections(rows: list[dict], fitted_archs: set[str], slow: set[str]) -> dict:
         summary[f"a KV cache per sequence, every layer on the GPU, {name}"] = summarise(
             [dict(r, kv_per_sequence=False) for r in rows if r["fa_build"] == build and r["kv_per_sequence"]
              and r["cpu_units"] <= 1], fitted_archs, slow).get("batched, B > 1")
+    if narrowest:
+        for build, name in ((False, ""), (True, f"{FA_BUILD}, ")):
+            wide = [r for r in rows if r["fa_build"] == build and not r["moe"] and r["hidden"] >= narrowest]
+            summary[f"{name}tg, as wide as a fitted shape (hidden >= {narrowest})"] = \
+                summarise(wide, fitted_archs, slow)["tg"]
     moe = [r for r in rows if r["moe"]]
     if moe:  # llama.cpp's MoE runs (all from flash-attention builds so far), held out apart
         part = summarise(moe, fitted_archs, slow)
@@ -595,14 +601,15 @@ def main() -> None:
     print("host RAM copy, GB/s median before and after each architecture:", host_copy(loaded))
     print("contended (their calibrate timed the host's CPU slow):", sorted(slow))
     fitted_archs = {f.split(":", 1)[1] for f in fit_on}
-    summary = sections(rows, fitted_archs, slow)
+    narrowest = min(shape.hidden for e, shape, *_ in loaded if fitted_on(e, fit_on))
+    summary = sections(rows, fitted_archs, slow, narrowest)
     # llama.cpp's CPU speed on each call's host from one of its runs (what a user's calibration run measures):
     # the generation test that keeps the most units on the CPU; every other run held out, priced with it
     scales = host_scales(loaded, spec)
     print("host CPU scale per call (its calibration run):", {f: (round(x, 3), lab) for f, (x, lab) in scales.items()})
     per_host = rows_of(loaded, spec, fit_on, scales, fit_pinned)
-    summary.update({f"{PER_HOST}, {k}": v for k, v in sections(per_host, fitted_archs, slow).items()
-                    if k.split(", ")[-1] in ("tg", "pp") or "exported" in k or "--fit" in k})
+    summary.update({f"{PER_HOST}, {k}": v for k, v in sections(per_host, fitted_archs, slow, narrowest).items()
+                    if k.split(", ")[-1] in ("tg", "pp") or "exported" in k or "--fit" in k or "as wide" in k})
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:

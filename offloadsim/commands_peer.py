@@ -21,8 +21,8 @@ def calibrate_peer_cmd(args: argparse.Namespace) -> int:
     prof = {"machine": json.loads(m.model_dump_json()), "calibrate_peer": rep}
     with atomic(out) as tmp:
         tmp.write_text(json.dumps(prof, indent=1, default=float))
-    lines = [f"llama.cpp on this host: CPU {rep['host_cpu_scale']:.3f}x the speed of profile {args.profile!r}'s "
-             f"llama.cpp costs; profile written to {args.out} (use it as --machine {args.out})",
+    lines = [f"llama.cpp on this host: its CPU share runs {rep['host_cpu_scale']:.3f}x as fast as the llama.cpp costs "
+             f"of profile {args.profile!r} say; profile written to {args.out} (use it as --machine {args.out})",
              "| run | tokens | measured (s/token) | predicted before | after | used |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['run']} | {r['tokens']} | {r['measured_s']:.4f} | {r['before_s']:.4f} "
               f"({100 * (r['before_s'] / r['measured_s'] - 1):+.1f}%) | {r['after_s']:.4f} "
