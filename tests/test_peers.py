@@ -1160,3 +1160,34 @@ def test_llamacpp_prefill_pays_the_pinned_split_cost_for_pinned_weights_only():
     assert ttft(1e-3, False) - ttft(0.0, False) == pytest.approx(1e-3 * weights, rel=1e-6)
     assert ttft(1e-3, True) == pytest.approx(ttft(0.0, True), rel=1e-12)
     assert ttft(None, False) == pytest.approx(ttft(spec.gpu_offload_split_s, False), rel=1e-12)
+
+
+@pytest.mark.parametrize("bench, match", [
+    (None, "bench: .*is not a regular file"),
+    ("{\"n_prompt\": 0}", "bench: record 0 .*'n_gen'"),  # one object: JSON lines of one record
+    ("[]", "bench: .*no list of llama-bench records"),
+    ("[1, 2]", "bench: record 0 .*has no valid 'n_prompt'"),
+    ("[{\"n_prompt\": 0, \"n_gen\": -4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6}]", "record 0 .*'n_gen'"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 0}]", "record 0 .*timed nothing"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"samples_ns\": [\"x\"]}]",
+     "samples_ns that are not positive times"),
+    ("[{\"n_prompt\": 0, \"n_gen\": true, \"n_gpu_layers\": 0, \"avg_ns\": 1e6}]", "'n_gen'"),
+    ("{\"a\": 1}\n{oops", "neither a JSON array nor JSON lines"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 99, \"avg_ns\": 1e6}]", "says nothing of this host's CPU"),
+])
+def test_calibrate_peer_refuses_bad_llama_bench_output_in_one_sentence(tmp_path, capsys, bench, match):
+    """Every bad llama-bench file is one sentence naming the field and the fix, exit 2, no profile written."""
+    import json
+    import re
+    from offloadsim.cli import main
+    from sim.models import preset_config
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(dict(preset_config("llama-3.1-8b"), num_hidden_layers=2)))
+    path = tmp_path / "bench.json"
+    if bench is not None:
+        path.write_text(bench)
+    out = tmp_path / "p.json"
+    assert main(["calibrate-peer", str(cfg), "--bench", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

@@ -83,7 +83,7 @@ def read_records(path: Path) -> list[dict]:
     need = {"n_prompt": int, "n_gen": int, "n_gpu_layers": int, "avg_ns": (int, float)}
     for i, rec in enumerate(data):
         bad = next((k for k, t in need.items() if not isinstance(rec, dict) or not isinstance(rec.get(k), t)
-                    or isinstance(rec.get(k), bool) or rec.get(k) < 0), None)
+                    or isinstance(rec.get(k), bool) or rec.get(k) < (-1 if k == "n_gpu_layers" else 0)), None)
         if bad is not None:
             raise InputError(f"bench: record {i} of {str(path)!r} has no valid {bad!r}; {fix}.")
         if rec["avg_ns"] <= 0 or rec["n_gen"] == 0 and rec["n_prompt"] == 0:
@@ -118,13 +118,12 @@ def calibrate_host(shape: ModelShape, machine: MachineSpec, records: list[dict],
     m0 = with_peer(machine, "llamacpp", spec)
     runs = []
     for i, rec in enumerate(gen):
-        ngl = rec["n_gpu_layers"] if rec["n_gpu_layers"] <= shape.n_blocks + 1 else shape.n_blocks + 1
+        ngl = rec["n_gpu_layers"] if 0 <= rec["n_gpu_layers"] <= shape.n_blocks + 1 else shape.n_blocks + 1  # -1: all
         try:
             runs.append(run_of(dict(rec, n_gpu_layers=ngl), shape, m0, None, f"-ngl {ngl}"
                                + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "")))
-        except InputError as exc:
-            raise InputError(f"bench: generation test {i} (-ngl {ngl}) does not fit this machine's GPU in the "
-                             f"model given ({exc}); give the profile of the machine that ran it.") from None
+        except InputError as exc:  # e.g. the layers asked for do not fit the profile's GPU
+            raise InputError(f"bench: generation test {i} (-ngl {ngl}) cannot run on this profile: {exc}") from None
     held = [r for r in runs if any(p.compute == "cpu" for p in r.plan.placements
                                    if shape.unit(p.unit).kind != "embedding")]
     if not held:
