@@ -18,8 +18,10 @@ Calls Y, Z and AA ran llama.cpp's default build, with ggml-cuda's flash-attentio
 runs of such a build are priced with PeerSpec.flash_attention (the others pay gpu_mm_attention_s per GPU attention
 on a one-token step), enter the fit with every layer on the GPU only (on_gpu), and are held out apart.
 Prompt tests of weights in pinned host buffers (-lm none) named by --fit-pinned fit their own per-split cost
-(gpu_offload_split_pinned_s) alone, the rest as fitted. Each call's host is also calibrated apart: one factor on
-llama.cpp's CPU speeds fitted on its generation test that streams the most weights on the CPU (host_scales, what
+(gpu_offload_split_pinned_s) alone, the rest as fitted; generation tests of an MoE with every layer on the GPU named
+by --fit-moe, the GPU's cost per routed expert of a block (gpu_moe_expert_s), likewise. Each call's host is also
+calibrated apart: one factor on llama.cpp's CPU speeds fitted on its generation test that streams the most weights
+on the CPU (host_scales, what
 `offloadsim calibrate-peer` does with a user's llama-bench output), every other run held out ("one calibration run
 per call"). llama.cpp's own --fit placements (h200_llamacpp.py --fit-shares) are priced as placed and as the
 `llamacpp` policy places the model at the budget llama.cpp fitted.
@@ -28,7 +30,7 @@ Run (docs/peers): python ../../benchmarks/llamacpp_report.py \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
      --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b --fit llamacpp-z.json:llama-1b \
-     --fit-pinned llamacpp-ae.json:llama-1b [--json OUT]
+     --fit-pinned llamacpp-ae.json:llama-1b --fit-moe llamacpp-ae.json:moe-64x8 [--json OUT]
 """
 from __future__ import annotations
 
@@ -318,6 +320,15 @@ def in_fit(e: dict, fit_on: list[str], kind: str, rec: dict, run: PeerRun, shape
     return fitted_on(e, fit_on) and is_calibration(kind, rec, ngls) and (not e["fa_build"] or on_gpu(run, shape))
 
 
+MOE_EXPERT_BOUNDS = (1e-10, 1e-5)  # seconds per routed expert of a GPU block per step
+
+
+def in_moe_fit(e: dict, fit_moe: tuple, kind: str, rec: dict, run: PeerRun, shape: ModelShape) -> bool:
+    """A generation test of an MoE named by --fit-moe with every layer on the GPU: what fits gpu_moe_expert_s."""
+    return f"{e['file']}:{e['arch']}" in fit_moe and shape.is_moe and kind == "ngl" and rec["n_gen"] > 0 \
+        and on_gpu(run, shape) and not cpu_experts(run, shape)
+
+
 PINNED_SPLIT_BOUNDS = (1e-7, 1e-3)  # seconds per weight tensor of a pinned unit that the prefill offload copies
 
 
@@ -360,7 +371,8 @@ def host_scales(loaded, spec) -> dict[str, tuple[float, tuple]]:
     return out
 
 
-def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, fit_pinned: tuple = ()) -> list[dict]:
+def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, fit_pinned: tuple = (),
+            fit_moe: tuple = ()) -> list[dict]:
     """Every run predicted and measured. `scales`: per file, the host's CPU scale and the label of the run it was
     measured on (host_scales); that run then counts as a calibration run."""
     rows = []
@@ -381,6 +393,7 @@ def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, fit_pin
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls)
                          or in_pinned_fit(e, fit_pinned, kind, rec, run)
+                         or in_moe_fit(e, fit_moe, kind, rec, run, shape)
                          or (label is not None and (e["arch"], run.label, test) == label),
                          "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape), "hidden": shape.hidden,
                          # its tokens spread over the experts as a trained router's do (h200_llamacpp --embed-scale)
@@ -561,6 +574,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--fit-moe", action="append", default=None, metavar="FILE:ARCH",
+                    help="an MoE architecture of a file whose generation tests with every layer on the GPU fit the "
+                         "GPU's cost per routed expert of a block (gpu_moe_expert_s; repeatable; default: none)")
     ap.add_argument("--fit-pinned", action="append", default=None, metavar="FILE:ARCH",
                     help="an architecture of a file whose prompt tests of pinned weights (-lm none) fit the per-split "
                          "cost of pinned weights (gpu_offload_split_pinned_s; repeatable; default: none)")
@@ -582,6 +598,16 @@ def main() -> None:
     fit_pinned = tuple(a.fit_pinned or ())
     pin = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
            for kind, rec, run in runs if in_pinned_fit(e, fit_pinned, kind, rec, run)]
+    fit_moe = tuple(a.fit_moe or ())
+    moe_cal = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
+               for kind, rec, run in runs if in_moe_fit(e, fit_moe, kind, rec, run, shape)]
+    if moe_cal:  # the GPU's cost per routed expert of a block, on those runs alone (the rest as fitted)
+        x = fit_scalar("llamacpp", moe_cal, lambda v: spec.model_copy(update={"gpu_moe_expert_s": v}),
+                       MOE_EXPERT_BOUNDS)
+        spec = spec.model_copy(update={"gpu_moe_expert_s": x})
+        print(f"gpu_moe_expert_s fitted on {len(moe_cal)} generation tests of an MoE on the GPU "
+              f"({', '.join(r.label for _, _, r in moe_cal)}): {x:.3e}")
+        pin = [(sh, with_peer(m, "llamacpp", spec), r) for sh, m, r in pin]
     if pin:  # the per-split cost of pinned weights, on those runs alone (the rest as fitted)
         x = fit_scalar("llamacpp", pin, lambda v: spec.model_copy(update={"gpu_offload_split_pinned_s": v}),
                        PINNED_SPLIT_BOUNDS)
@@ -589,7 +615,7 @@ def main() -> None:
         print(f"gpu_offload_split_pinned_s fitted on {len(pin)} prompt tests of pinned weights "
               f"({', '.join(r.label for _, _, r in pin)}): {x:.3e}")
     print("llamacpp fitted:", {k: v for k, v in spec.model_dump().items() if isinstance(v, float)})
-    rows = rows_of(loaded, spec, fit_on, fit_pinned=fit_pinned)
+    rows = rows_of(loaded, spec, fit_on, fit_pinned=fit_pinned, fit_moe=fit_moe)
     print("| arch | run | test | -ngl | CPU units | used to fit | predicted / measured (s) | err | run-to-run sd |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -607,7 +633,7 @@ def main() -> None:
     # the generation test that keeps the most units on the CPU; every other run held out, priced with it
     scales = host_scales(loaded, spec)
     print("host CPU scale per call (its calibration run):", {f: (round(x, 3), lab) for f, (x, lab) in scales.items()})
-    per_host = rows_of(loaded, spec, fit_on, scales, fit_pinned)
+    per_host = rows_of(loaded, spec, fit_on, scales, fit_pinned, fit_moe)
     summary.update({f"{PER_HOST}, {k}": v for k, v in sections(per_host, fitted_archs, slow, narrowest).items()
                     if k.split(", ")[-1] in ("tg", "pp") or "exported" in k or "--fit" in k or "as wide" in k})
     for group, v in summary.items():

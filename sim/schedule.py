@@ -119,17 +119,21 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
                     and u.kind in ATTENTION_KINDS else 0.0 for u in units]
 
     moe_ops = ggml_moe_ops(model.experts_per_token) if model.is_moe and peer is not None else 0
+    expert_s = peer.gpu_moe_expert_s if peer is not None else 0.0
 
-    def moe_block_s(ui: int, cpu: bool, s: int) -> float:
+    def moe_block_s(ui: int, cpu: bool, s: int, decode: bool) -> float:
         """A peer's operators of a block's routed experts (sim.shapes.ggml_moe_ops), priced with its first expert to
         run in the step: on the device that runs them, a split per fused weight when offloaded, a graph warm-up."""
         op = op_s[cpu] or 0.0
         return moe_ops * (op + (warmup_op_s if not cpu and s in warmup and t[units[ui].name].compute == "gpu"
-                                else 0.0)) + (split_of[ui] * GGML_MOE_WEIGHTS if offloaded[ui] and not cpu else 0.0)
+                                else 0.0)) + (split_of[ui] * GGML_MOE_WEIGHTS if offloaded[ui] and not cpu else 0.0) \
+            + (expert_s * model.n_routed_experts if not cpu and decode else 0.0)
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0,
                      first_expert: bool = False) -> float:
-        block = moe_block_s(ui, cpu, s) if first_expert and moe_ops else 0.0
+        # a decode step: one token of each sequence (an expert's rows are the tokens routed to it, one each)
+        decode = _step_shape(w, peer is None, s)[0] == 1
+        block = moe_block_s(ui, cpu, s, decode) if first_expert and moe_ops else 0.0
         if offloaded[ui] and not cpu:  # ggml_weights splits of its own, the attention over the shared cache's cells
             return _compute_time(ui, cpu, batch, new, ctx) + split_of[ui] * ggml_weights(units[ui].kind, model.family) \
                 + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops + block

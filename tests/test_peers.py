@@ -1191,3 +1191,31 @@ def test_calibrate_peer_refuses_bad_llama_bench_output_in_one_sentence(tmp_path,
     err = capsys.readouterr().err
     assert re.search(match, err) and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_llamacpp_gpu_decode_pays_per_routed_expert_of_each_gpu_block():
+    """Every layer on the GPU (-ngl 5 of 4 blocks): each decode step pays gpu_moe_expert_s per routed expert of
+    every block (8 experts x 4 blocks = 32 a token, used or not); a prompt step does not; with the experts of the
+    first 2 blocks on the CPU (--n-cpu-moe 2) only the GPU's 2 blocks pay."""
+    from hwmodels.presets import load_machine
+    from sim.plan import Budgets, Workload
+    from sim.policies import llamacpp_ngl
+    from sim.simulate import fast_simulate
+    from validate.peer_calibration import with_peer
+    m = load_machine("h200-testbox")
+    shape = shape_from_config(MOE_CFG)
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
+    w = Workload(batch=1, prompt_tokens=64, new_tokens=9)
+
+    def times(x, n_cpu_moe=0):
+        mm = with_peer(m, "llamacpp", m.peers["llamacpp"].model_copy(update={"gpu_moe_expert_s": x}))
+        s = fast_simulate(shape, mm, llamacpp_ngl(shape, m, w, b, 5, n_cpu_moe), w, b)
+        return s["time_per_token_s"], s["ttft_s"]
+    (tpot0, _), (tpot1, _) = times(0.0), times(1e-4)
+    assert tpot1 - tpot0 == pytest.approx(1e-4 * 8 * 4, rel=1e-6)
+    assert times(1e-4, 2)[0] - times(0.0, 2)[0] == pytest.approx(1e-4 * 8 * 2, rel=1e-6)
+    prefill = Workload(batch=1, prompt_tokens=64, new_tokens=1)
+    mm = [with_peer(m, "llamacpp", m.peers["llamacpp"].model_copy(update={"gpu_moe_expert_s": x})) for x in (0, 1e-4)]
+    p = llamacpp_ngl(shape, m, prefill, b, 5)
+    first = [fast_simulate(shape, x, p, prefill, b)["ttft_s"] for x in mm]
+    assert first[1] == pytest.approx(first[0], rel=1e-12)  # the prompt's step: not charged
