@@ -202,7 +202,10 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
         return EnginePlan(engine, None, reason=str(exc))
     spec = machine.peers[engine]
     notes = [] if spec.source.startswith(("measured", "[M]")) else \
-        [f"{engine}'s host costs are not measured for {machine.name}: the time is its pipeline alone ({spec.source})"]
+        [f"{engine}'s host costs are not measured for {machine.name}: the time is its pipeline alone ({spec.source})"
+         + ("; measure them with offloadsim calibrate-peer MODEL.gguf --bench BENCH.json --profile "
+            f"{machine.name}, BENCH.json from llama-bench -m MODEL.gguf -ngl 0 -n 32 -o json on this machine"
+            if engine == "llamacpp" else "")]
     if engine == "llamacpp" and any(p.compute == "gpu" for p in plan.placements):
         notes.append(f"priced as a llama.cpp build {'with' if spec.flash_attention else 'without'} its CUDA "
                      "flash-attention kernels (llama.cpp's default has them); for the other, set flash_attention = "

@@ -1219,3 +1219,32 @@ def test_llamacpp_gpu_decode_pays_per_routed_expert_of_each_gpu_block():
     p = llamacpp_ngl(shape, m, prefill, b, 5)
     first = [fast_simulate(shape, x, p, prefill, b)["ttft_s"] for x in mm]
     assert first[1] == pytest.approx(first[0], rel=1e-12)  # the prompt's step: not charged
+
+
+def test_calibrate_peer_on_a_machine_without_llama_cpp_costs_starts_from_the_measured_engine(tmp_path, capsys):
+    """A preset whose llama.cpp costs were never measured (rtx3080-laptop): plan --engine llamacpp says how to
+    measure them; calibrate-peer then starts from the engine's costs measured on h200-testbox, scales their CPU
+    speeds to the records (a host 0.5x as fast), and the plan on the written profile no longer carries the note."""
+    import json
+    from hwmodels.presets import load_machine
+    from offloadsim.cli import main
+    from sim.models import preset_config
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(dict(preset_config("llama-3.1-8b"), num_hidden_layers=6)))
+    argv = ["plan", str(cfg), "--engine", "llamacpp", "--vram", "2GiB", "--new-tokens", "4"]
+    assert main([*argv, "--machine", "rtx3080-laptop"]) == 0
+    assert "measure them with offloadsim calibrate-peer" in capsys.readouterr().out
+    laptop, h200 = load_machine("rtx3080-laptop"), load_machine("h200-testbox")
+    from validate.peer_calibration import with_peer
+    recs = _bench_records(LLAMA6, with_peer(laptop, "llamacpp", h200.peers["llamacpp"]), 0.5, ngls=(0,))
+    bench, out = tmp_path / "bench.json", tmp_path / "laptop.json"
+    bench.write_text(json.dumps(recs))
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--profile", "rtx3080-laptop", "--out",
+                 str(out), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["host_cpu_scale"] == pytest.approx(0.5, rel=1e-3) and "h200-testbox preset" in rep["source"]
+    got = load_machine(str(out))
+    assert got.gpu == laptop.gpu and got.peers["llamacpp"].cpu_bytes_per_s == pytest.approx(
+        0.5 * h200.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
+    assert main([*argv, "--machine", str(out)]) == 0
+    assert "not measured" not in capsys.readouterr().out
