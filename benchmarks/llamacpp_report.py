@@ -171,13 +171,13 @@ def cpu_parts(shape: ModelShape, args: list[str]) -> tuple[set[int], set[int]]:
     experts, ffn = set(), set()
     rules = [(re.compile(p), buft) for p, buft in fit_rules(args)]
 
-    def on_cpu(name: str) -> bool:
+    def held(name: str) -> bool:  # the first rule that matches the tensor decides, as llama.cpp's loader does
         return next((not buft.upper().startswith("CUDA") for p, buft in rules if p.search(name)), False)
     for b in range(shape.n_blocks):
         if shape.is_moe:
-            if sum(on_cpu(f"blk.{b}.ffn_{t}_exps.weight") for t in ("gate", "up", "down")) >= 2:
+            if sum(held(f"blk.{b}.ffn_{t}_exps.weight") for t in ("gate", "up", "down")) >= 2:
                 experts.add(b)
-        elif on_cpu(f"blk.{b}.ffn_up.weight") and on_cpu(f"blk.{b}.ffn_down.weight"):
+        elif held(f"blk.{b}.ffn_up.weight") and held(f"blk.{b}.ffn_down.weight"):
             ffn.add(b)
     return experts, ffn
 
@@ -205,7 +205,7 @@ def fit_runs(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple
             run = run_of(rec, shape, machine, None, "")
             experts, ffn = cpu_parts(shape, rec.get("args") or [])
             plan = llamacpp_ngl(shape, machine, run.workload, run.budgets, rec["n_gpu_layers"],
-                                cpu_expert_blocks=experts)
+                                mapped=mapped_of(rec.get("args") or [], rec), cpu_expert_blocks=experts)
             label = f"llama.cpp --fit at {vram / 2**30:.1f} GiB"
             out.append(("fit_partial" if ffn else "fit", dict(rec, fit_budget_bytes=vram),
                         dataclasses.replace(run, label=f"{label}, as placed", plan=plan)))
@@ -594,7 +594,8 @@ def main() -> None:
     src = (f"[M] measured: fitted on {len(cal)} llama-bench runs of {', '.join(fit_on)} "
            f"({', '.join(r.label for _, _, r in cal)}) on the H200 test machine (benchmarks/h200_llamacpp.py, "
            "llamacpp_report.py)")
-    spec = fit("llamacpp", cal, src)
+    # the costs fitted apart below start unmeasured, so the report depends on its inputs alone, not the preset's values
+    spec = fit("llamacpp", cal, src).model_copy(update={"gpu_moe_expert_s": 0.0, "gpu_offload_split_pinned_s": None})
     fit_pinned = tuple(a.fit_pinned or ())
     pin = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
            for kind, rec, run in runs if in_pinned_fit(e, fit_pinned, kind, rec, run)]
@@ -630,7 +631,7 @@ def main() -> None:
     narrowest = min(shape.hidden for e, shape, *_ in loaded if fitted_on(e, fit_on))
     summary = sections(rows, fitted_archs, slow, narrowest)
     # llama.cpp's CPU speed on each call's host from one of its runs (what a user's calibration run measures):
-    # the generation test that keeps the most units on the CPU; every other run held out, priced with it
+    # the generation test that streams the most weights on the CPU; every other run held out, priced with it
     scales = host_scales(loaded, spec)
     print("host CPU scale per call (its calibration run):", {f: (round(x, 3), lab) for f, (x, lab) in scales.items()})
     per_host = rows_of(loaded, spec, fit_on, scales, fit_pinned, fit_moe)
@@ -639,8 +640,10 @@ def main() -> None:
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"fitted": spec.model_dump(), "held_out": summary, "rows": rows,
-                                            "host_scales": scales}, indent=1))
+        tmp = Path(a.json).with_suffix(".tmp")
+        tmp.write_text(json.dumps({"fitted": spec.model_dump(), "held_out": summary, "rows": rows,
+                                   "host_scales": scales}, indent=1))
+        tmp.replace(a.json)  # atomic: an interrupted run leaves the previous summary whole
 
 
 if __name__ == "__main__":

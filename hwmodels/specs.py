@@ -182,10 +182,10 @@ class PeerSpec(Spec):
                                                   "launch); the unit's attention stays on the CPU with its KV cache "
                                                   "(at cpu_flops_per_s).")
     gpu_moe_expert_s: NonNegativeFloat = Field(default=0.0, description="Per routed expert of a block whose experts "
-                                               "the GPU computes, per decode step (one token of each sequence), "
-                                               "used or not: ggml-cuda's expert-indexed multiplies (MUL_MAT_ID) "
-                                               "schedule work over every expert of the block. Prompt steps: not "
-                                               "measured apart, not charged.")
+                                               "the GPU computes, per step of one token of each sequence (decode "
+                                               "steps, and a one-token prompt), used or not: ggml-cuda's expert-"
+                                               "indexed multiplies (MUL_MAT_ID) schedule work over every expert of "
+                                               "the block. Longer prompt steps: not measured apart, not charged.")
     gpu_offload_split_pinned_s: NonNegativeFloat | None = Field(default=None, description="gpu_offload_split_s "
                                                                 "instead for a unit in pinned host memory (ram_pinned: "
                                                                 "llama.cpp --load-mode none): its copy is one DMA, "

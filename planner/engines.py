@@ -203,8 +203,8 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
     spec = machine.peers[engine]
     notes = [] if spec.source.startswith(("measured", "[M]")) else \
         [f"{engine}'s host costs are not measured for {machine.name}: the time is its pipeline alone ({spec.source})"
-         + ("; measure them with offloadsim calibrate-peer MODEL.gguf --bench BENCH.json --profile "
-            f"{machine.name}, BENCH.json from llama-bench -m MODEL.gguf -ngl 0 -n 32 -o json on this machine"
+         + ("; measure them with offloadsim calibrate-peer MODEL.gguf --bench BENCH.json --profile MACHINE (the "
+            "--machine given here), BENCH.json from llama-bench -m MODEL.gguf -ngl 0 -n 32 -o json on this machine"
             if engine == "llamacpp" else "")]
     if engine == "llamacpp" and any(p.compute == "gpu" for p in plan.placements):
         notes.append(f"priced as a llama.cpp build {'with' if spec.flash_attention else 'without'} its CUDA "

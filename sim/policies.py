@@ -183,9 +183,10 @@ def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     groups = [[n for n in g if n not in cpu_experts] for g in _blocks(model)]
     size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
     gpu_left = budgets.vram_bytes - kv_cache_bytes(model, w) - activation_bytes(model, w)
-    # the prefill offload copies CPU weights into its compute buffer: room for a block's (the output is placed
-    # first and the embedding's rows are looked up in place; call AH: --fit then placed what this places, or one
-    # layer more, where reserving the head's size left 2 to 5 layers fewer on the GPU)
+    # the prefill offload copies CPU weights into its compute buffer: room for the largest unit but the head and
+    # the embedding (a dense model's block; the output is placed first and the embedding's rows are looked up in
+    # place; calls AH and AI: --fit then placed what this places, or one layer more, where reserving the head's
+    # size left 2 to 5 layers fewer on the GPU)
     gpu_left -= max(u.nbytes for u in model.units if u.kind not in ("embedding", "lm_head"))
     on_gpu: set[str] = set()
     for g in [groups[-1], *groups[1:-1][::-1]][:ngl]:  # llama.cpp's layers from the back: the output, then blocks

@@ -1099,8 +1099,12 @@ def test_calibrate_peer_cli_writes_a_profile_that_simulate_uses(tmp_path, capsys
             assert got == pytest.approx(want, rel=0.02)
         else:
             assert got < 0.85 * recs[0]["avg_ns"] / 32e9  # the preset's CPU, 1 / 0.8 as fast
-    # JSON lines (llama-bench -o jsonl) read alike; a record without its time is refused in one sentence
-    bench.write_text("\n".join(json.dumps(r) for r in recs))
+    # JSON lines (llama-bench -o jsonl) read alike, a byte-order mark and blank space before either allowed; a
+    # record without its time is refused in one sentence
+    bench.write_bytes(b"\xef\xbb\xbf \n" + json.dumps(recs).encode())
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(0.8, rel=1e-3)
+    bench.write_text("\n" + "\n".join(json.dumps(r) for r in recs))
     assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(0.8, rel=1e-3)
     bench.write_text(json.dumps([{k: v for k, v in recs[0].items() if k != "avg_ns"}]))
@@ -1166,14 +1170,23 @@ def test_llamacpp_prefill_pays_the_pinned_split_cost_for_pinned_weights_only():
     (None, "bench: .*is not a regular file"),
     ("{\"n_prompt\": 0}", "bench: record 0 .*'n_gen'"),  # one object: JSON lines of one record
     ("[]", "bench: .*no list of llama-bench records"),
-    ("[1, 2]", "bench: record 0 .*has no valid 'n_prompt'"),
+    ("[1, 2]", "bench: record 0 .*is not an object"),
     ("[{\"n_prompt\": 0, \"n_gen\": -4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6}]", "record 0 .*'n_gen'"),
-    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 0}]", "record 0 .*timed nothing"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 0}]", "record 0 .*'avg_ns'"),
     ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"samples_ns\": [\"x\"]}]",
-     "samples_ns that are not positive times"),
+     "samples_ns that are not positive finite times"),
     ("[{\"n_prompt\": 0, \"n_gen\": true, \"n_gpu_layers\": 0, \"avg_ns\": 1e6}]", "'n_gen'"),
     ("{\"a\": 1}\n{oops", "neither a JSON array nor JSON lines"),
     ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 99, \"avg_ns\": 1e6}]", "says nothing of this host's CPU"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": NaN}]", "'avg_ns' .*finite"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"samples_ns\": [Infinity]}]",
+     "samples_ns .*finite"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"n_cpu_moe\": \"3\"}]", "'n_cpu_moe'"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"args\": 7}]", "'args'"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 0, \"n_gpu_layers\": 0, \"avg_ns\": 1e6}]", "timed nothing"),
+    # a -pg test (prompt and generation timed together) is no generation test
+    ("[{\"n_prompt\": 512, \"n_gen\": 32, \"n_gpu_layers\": 0, \"avg_ns\": 1e9}]", "no generation test"),
+    ("[" * 5000 + "]" * 5000, "neither a JSON array nor JSON lines"),
 ])
 def test_calibrate_peer_refuses_bad_llama_bench_output_in_one_sentence(tmp_path, capsys, bench, match):
     """Every bad llama-bench file is one sentence naming the field and the fix, exit 2, no profile written."""

@@ -14,6 +14,7 @@ error over the generation tests given. No torch.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -30,9 +31,10 @@ MAX_RECORDS = 10_000
 
 
 def bench_budgets(machine: MachineSpec, mapped: bool = True) -> Budgets:
-    """The machine's whole GPU and 100 GiB of RAM, nothing pinned when llama.cpp maps the model file, all of it when
-    it reads the file into pinned host buffers (mapped_of)."""
-    return Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0 if mapped else 100 * 2**30)
+    """The machine's whole GPU and RAM (llama-bench runs alone), nothing pinned when llama.cpp maps the model file,
+    all of the RAM when it reads the file into pinned host buffers (mapped_of)."""
+    ram = machine.host_memory.capacity_bytes
+    return Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=ram, pinned_bytes=0 if mapped else ram)
 
 
 def mapped_of(args: list[str], rec: dict | None = None) -> bool:
@@ -66,33 +68,56 @@ def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None
                    graphs_warm=True)
 
 
+def _parse(path: Path, fix: str) -> object:
+    """The file as JSON (an array) or JSON lines (one object a line), a UTF-8 byte-order mark and leading blank space
+    allowed; one sentence otherwise."""
+    try:
+        if not path.is_file():
+            raise InputError(f"bench: {str(path)!r} is not a regular file; {fix}.")
+        if path.stat().st_size > MAX_BENCH_BYTES:
+            raise InputError(f"bench: {str(path)!r} is larger than any llama-bench output ({MAX_BENCH_BYTES >> 20} "
+                             f"MiB); {fix}.")
+        text = path.read_bytes().decode("utf-8-sig").lstrip()
+        if text.startswith("{"):  # -o jsonl
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise InputError(f"bench: {str(path)!r} is neither a JSON array nor JSON lines; {fix}.") from None
+    except OSError as exc:
+        raise InputError(f"bench: {str(path)!r} cannot be read ({exc.strerror}); check the path.") from None
+
+
+def _number(x, lowest: float) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= lowest
+
+
 def read_records(path: Path) -> list[dict]:
     """llama-bench's records from its `-o json` (an array) or `-o jsonl` (one object a line) output, each checked
-    for the fields a run needs; one sentence naming the file, the record and the fix otherwise."""
-    from sim.models import load_json
+    for the fields a run needs (finite, in range); one sentence naming the file, the record and the fix otherwise."""
     fix = "give the output of llama-bench -o json"
-    if path.is_file() and path.stat().st_size <= MAX_BENCH_BYTES and path.read_bytes()[:1] == b"{":
-        try:
-            data = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise InputError(f"bench: {str(path)!r} is neither a JSON array nor JSON lines; {fix}.") from None
-    else:
-        data = load_json(path, "bench", MAX_BENCH_BYTES, fix)
+    data = _parse(path, fix)
     if not isinstance(data, list) or not data or len(data) > MAX_RECORDS:
         raise InputError(f"bench: {str(path)!r} holds no list of llama-bench records (1 to {MAX_RECORDS}); {fix}.")
-    need = {"n_prompt": int, "n_gen": int, "n_gpu_layers": int, "avg_ns": (int, float)}
+    ints = {"n_prompt": 0, "n_gen": 0, "n_gpu_layers": -1, "n_cpu_moe": 0, "n_depth": 0}  # the least each may be
     for i, rec in enumerate(data):
-        bad = next((k for k, t in need.items() if not isinstance(rec, dict) or not isinstance(rec.get(k), t)
-                    or isinstance(rec.get(k), bool) or rec.get(k) < (-1 if k == "n_gpu_layers" else 0)), None)
-        if bad is not None:
-            raise InputError(f"bench: record {i} of {str(path)!r} has no valid {bad!r}; {fix}.")
-        if rec["avg_ns"] <= 0 or rec["n_gen"] == 0 and rec["n_prompt"] == 0:
-            raise InputError(f"bench: record {i} of {str(path)!r} timed nothing (avg_ns {rec['avg_ns']}, "
-                             f"n_prompt {rec['n_prompt']}, n_gen {rec['n_gen']}); {fix}.")
+        where = f"bench: record {i} of {str(path)!r}"
+        if not isinstance(rec, dict):
+            raise InputError(f"{where} is not an object; {fix}.")
+        for k, least in ints.items():
+            if (k in ("n_prompt", "n_gen", "n_gpu_layers") or rec.get(k) is not None) and \
+                    not (isinstance(rec.get(k), int) and _number(rec.get(k), least)):
+                raise InputError(f"{where} has no valid {k!r} (an integer from {least}); {fix}.")
+        if not _number(rec.get("avg_ns"), 0) or rec["avg_ns"] == 0:
+            raise InputError(f"{where} has no valid 'avg_ns' (a positive finite time); {fix}.")
+        if rec["n_gen"] == 0 and rec["n_prompt"] == 0:
+            raise InputError(f"{where} timed nothing (n_prompt and n_gen 0); {fix}.")
         samples = rec.get("samples_ns")
         if samples is not None and (not isinstance(samples, list) or not samples
-                                    or not all(isinstance(x, (int, float)) and x > 0 for x in samples)):
-            raise InputError(f"bench: record {i} of {str(path)!r} has samples_ns that are not positive times; {fix}.")
+                                    or not all(_number(x, 0) and x > 0 for x in samples)):
+            raise InputError(f"{where} has samples_ns that are not positive finite times; {fix}.")
+        args = rec.get("args")
+        if args is not None and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+            raise InputError(f"{where} has 'args' that are not a list of strings; {fix}.")
     return data
 
 
@@ -110,10 +135,11 @@ def calibrate_host(shape: ModelShape, machine: MachineSpec, records: list[dict],
                    source: str) -> tuple[MachineSpec, dict]:
     """The machine with its llama.cpp costs scaled to this host's CPU (fit_host_scale over the generation tests of
     one sequence given), and a report: the scale and, per test, predicted before and after against measured."""
-    gen = [r for r in records if r["n_gen"] > 0 and r.get("n_depth", 0) == 0]
+    # generation tests alone (-n): a -pg test's time holds its prompt too, a -d test starts from a filled context
+    gen = [r for r in records if r["n_gen"] > 0 and r["n_prompt"] == 0 and not r.get("n_depth")]
     if not gen:
-        raise InputError("bench: no generation test (n_gen > 0, from an empty context) among the records; run "
-                         "llama-bench with -n 32.")
+        raise InputError("bench: no generation test (n_gen > 0, no prompt, from an empty context) among the "
+                         "records; run llama-bench with -n 32.")
     spec, note = _base_spec(machine)
     m0 = with_peer(machine, "llamacpp", spec)
     runs = []
