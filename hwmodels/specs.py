@@ -139,9 +139,10 @@ class PeerSpec(Spec):
                                                         "cpu_cache_share of the CPU's last-level cache (cpu.llc_bytes): "
                                                         "they stay there from one token to the next. Absent: none.")
     cpu_head_bytes_per_s: PositiveFloat | None = Field(default=None, description="With cpu_bytes_per_s: the speed "
-                                                       "of the output head on the CPU instead (one long matrix "
-                                                       "multiply, where a layer is many short ones with the threads "
-                                                       "joined after each). Absent: cpu_bytes_per_s.")
+                                                       "of a dense model's output head on the CPU instead (one long "
+                                                       "matrix multiply, where a layer is many short ones with the "
+                                                       "threads joined after each; an MoE's streams at "
+                                                       "cpu_bytes_per_s, as measured). Absent: cpu_bytes_per_s.")
     cpu_cache_share: float = Field(default=0.6, gt=0, le=1, description="The share of the last-level cache the "
                                    "weights may take and stay in it (the KV cache, activations, the code and other "
                                    "processes hold the rest; replacement is not perfect): measured on the H200 host "

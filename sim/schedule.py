@@ -172,13 +172,15 @@ def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, 
                            kind: str = "decoder") -> float | None:
     """The speed a peer's own CPU kernels stream a unit of this kind at in this plan: from the last-level cache when
     every weight the CPU computes with fits in its share of it (read each token, they stay there), else from memory
-    (the head at its own speed where the peer has one and the unit before it is on the CPU too); None when the
-    peer's CPU is priced by the grids instead. The embedding is a row lookup: it touches one row per token."""
+    (the head at its own speed where the peer has one and the unit before it is on the CPU too, on a dense model:
+    where it was fitted; after an MoE's CPU layers the head streams at the layers' speed, calls AB-AG, no mechanism
+    found); None when the peer's CPU is priced by the grids instead. The embedding is a row lookup: it touches one
+    row per token."""
     if peer is None or peer.cpu_bytes_per_s is None:
         return None
     t = plan.tiers()
     memory = peer.cpu_bytes_per_s
-    if kind == "lm_head" and peer.cpu_head_bytes_per_s:
+    if kind == "lm_head" and peer.cpu_head_bytes_per_s and not model.is_moe:
         before = [u for u in model.units if u.kind != "lm_head"][-1]
         memory = peer.cpu_head_bytes_per_s if t[before.name].compute == "cpu" else memory
     llc = machine.cpu.llc_bytes

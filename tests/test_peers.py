@@ -1261,3 +1261,26 @@ def test_calibrate_peer_on_a_machine_without_llama_cpp_costs_starts_from_the_mea
         0.5 * h200.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
     assert main([*argv, "--machine", str(out)]) == 0
     assert "not measured" not in capsys.readouterr().out
+
+
+def test_llamacpp_head_after_cpu_layers_streams_faster_on_a_dense_model_only():
+    """Every layer on the CPU (-ngl 0): a dense model's head streams at cpu_head_bytes_per_s, so doubling it saves
+    about half the head's streaming time at the fitted speed (its multiplies overlap the stream in part:
+    sim.compute.OVERLAP_NORM); an MoE's head streams at the layers' speed, which the head's speed does not move."""
+    from hwmodels.presets import load_machine
+    from sim.plan import Budgets, Workload
+    from sim.policies import llamacpp_ngl
+    from sim.simulate import fast_simulate
+    from validate.peer_calibration import with_peer
+    m = load_machine("h200-testbox")
+    spec = m.peers["llamacpp"]
+    w = Workload(batch=1, prompt_tokens=1, new_tokens=9)
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
+    for shape, moves in ((LLAMA6, True), (shape_from_config(MOE_CFG), False)):
+        plan = llamacpp_ngl(shape, m, w, b, 0)
+        tpot = [fast_simulate(shape, with_peer(m, "llamacpp", spec.model_copy(
+            update={"cpu_head_bytes_per_s": spec.cpu_head_bytes_per_s * k})), plan, w, b)["time_per_token_s"]
+            for k in (1, 2)]
+        head = next(u.nbytes for u in shape.units if u.kind == "lm_head")
+        want = head / spec.cpu_head_bytes_per_s / 2 if moves else 0.0
+        assert tpot[0] - tpot[1] == pytest.approx(want, rel=0.05, abs=1e-12)
