@@ -19,10 +19,11 @@ runs of such a build are priced with PeerSpec.flash_attention (the others pay gp
 on a one-token step), enter the fit with every layer on the GPU only (on_gpu), and are held out apart.
 Prompt tests of weights in pinned host buffers (-lm none) named by --fit-pinned fit their own per-split cost
 (gpu_offload_split_pinned_s) alone, the rest as fitted; generation tests of an MoE with every layer on the GPU named
-by --fit-moe, the GPU's cost per routed expert of a block (gpu_moe_expert_s), likewise. Each call's host is also
-calibrated apart: one factor on llama.cpp's CPU speeds fitted on its generation test that streams the most weights
-on the CPU (host_scales, what
-`offloadsim calibrate-peer` does with a user's llama-bench output), every other run held out ("one calibration run
+by --fit-moe, the GPU's cost per routed expert of a block (gpu_moe_expert_s), likewise; prompt tests of mapped
+weights named by --fit-split, the split cost of a prompt's step (gpu_offload_split_prompt_s), likewise. Each call's
+host is also calibrated apart: one factor on llama.cpp's CPU speeds fitted on its generation test that streams the
+most weights on the CPU (host_scales, what `offloadsim calibrate-peer` does with a user's llama-bench output),
+every other run held out ("one calibration run
 per call"). llama.cpp's own --fit placements (h200_llamacpp.py --fit-shares) are priced as placed and as the
 `llamacpp` policy places the model at the budget llama.cpp fitted.
 Run (docs/peers): python ../../benchmarks/llamacpp_report.py \
@@ -30,7 +31,8 @@ Run (docs/peers): python ../../benchmarks/llamacpp_report.py \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
      --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b --fit llamacpp-z.json:llama-1b \
-     --fit-pinned llamacpp-ae.json:llama-1b --fit-moe llamacpp-ae.json:moe-64x8 [--json OUT]
+     --fit-pinned llamacpp-ae.json:llama-1b --fit-moe llamacpp-ae.json:moe-64x8 \
+     --fit-split llamacpp-u.json:smollm-135m --fit-split llamacpp-u.json:llama-70b [--json OUT]
 """
 from __future__ import annotations
 
@@ -320,6 +322,14 @@ def in_fit(e: dict, fit_on: list[str], kind: str, rec: dict, run: PeerRun, shape
     return fitted_on(e, fit_on) and is_calibration(kind, rec, ngls) and (not e["fa_build"] or on_gpu(run, shape))
 
 
+def in_split_fit(e: dict, fit_split: tuple, kind: str, rec: dict, run: PeerRun, shape: ModelShape) -> bool:
+    """A prompt test of 32 or more tokens of an architecture named by --fit-split, the model file mapped, with
+    weights on the CPU (ggml copies them to the GPU split by split): what fits gpu_offload_split_prompt_s."""
+    return f"{e['file']}:{e['arch']}" in fit_split and kind == "ngl" and rec["n_gen"] == 0 \
+        and rec["n_prompt"] >= 32 and mapped_of(rec.get("args") or [], rec) \
+        and any(p.compute == "cpu" for p in run.plan.placements if shape.unit(p.unit).kind != "embedding")
+
+
 MOE_EXPERT_BOUNDS = (1e-10, 1e-5)  # seconds per routed expert of a GPU block per step
 
 
@@ -372,7 +382,7 @@ def host_scales(loaded, spec) -> dict[str, tuple[float, tuple]]:
 
 
 def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, fit_pinned: tuple = (),
-            fit_moe: tuple = ()) -> list[dict]:
+            fit_moe: tuple = (), fit_split: tuple = ()) -> list[dict]:
     """Every run predicted and measured. `scales`: per file, the host's CPU scale and the label of the run it was
     measured on (host_scales); that run then counts as a calibration run."""
     rows = []
@@ -394,6 +404,7 @@ def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, fit_pin
                          "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls)
                          or in_pinned_fit(e, fit_pinned, kind, rec, run)
                          or in_moe_fit(e, fit_moe, kind, rec, run, shape)
+                         or in_split_fit(e, fit_split, kind, rec, run, shape)
                          or (label is not None and (e["arch"], run.label, test) == label),
                          "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape), "hidden": shape.hidden,
                          # its tokens spread over the experts as a trained router's do (h200_llamacpp --embed-scale)
@@ -507,7 +518,8 @@ def summarise(rows: list[dict], fitted_archs: set[str] = frozenset(), slow_hosts
             "runs": len(fits), "same": sum(r["policy_differs"] == 0 for r in fits),
             "units_apart": [r["policy_differs"] for r in fits]}
     for kind in ("exported_ot", "threads"):  # not priced as run: the -ot form's KV on the GPU, other thread counts
-        out[f"tg {kind} (not priced as run)"] = stats([r for r in held if r["kind"] == kind and r["test"] != "pp"])
+        out[f"tg {kind} (not priced as run)"] = stats([r for r in held if r["kind"] == kind
+                                                      and r["test"].startswith("tg")])
     return out
 
 
@@ -574,6 +586,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--fit-split", action="append", default=None, metavar="FILE:ARCH",
+                    help="an architecture of a file whose prompt tests of mapped CPU-held weights fit the split cost "
+                         "of a prompt's step (gpu_offload_split_prompt_s; repeatable; default: none)")
     ap.add_argument("--fit-moe", action="append", default=None, metavar="FILE:ARCH",
                     help="an MoE architecture of a file whose generation tests with every layer on the GPU fit the "
                          "GPU's cost per routed expert of a block (gpu_moe_expert_s; repeatable; default: none)")
@@ -595,10 +610,20 @@ def main() -> None:
            f"({', '.join(r.label for _, _, r in cal)}) on the H200 test machine (benchmarks/h200_llamacpp.py, "
            "llamacpp_report.py)")
     # the costs fitted apart below start unmeasured, so the report depends on its inputs alone, not the preset's values
-    spec = fit("llamacpp", cal, src).model_copy(update={"gpu_moe_expert_s": 0.0, "gpu_offload_split_pinned_s": None})
+    spec = fit("llamacpp", cal, src).model_copy(update={"gpu_moe_expert_s": 0.0, "gpu_offload_split_pinned_s": None,
+                                                        "gpu_offload_split_prompt_s": None})
     fit_pinned = tuple(a.fit_pinned or ())
     pin = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
            for kind, rec, run in runs if in_pinned_fit(e, fit_pinned, kind, rec, run)]
+    fit_split = tuple(a.fit_split or ())
+    split_cal = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
+                 for kind, rec, run in runs if in_split_fit(e, fit_split, kind, rec, run, shape)]
+    if split_cal:  # the mapped weights' split cost on a prompt's step, on those runs alone (the rest as fitted)
+        x = fit_scalar("llamacpp", split_cal, lambda v: spec.model_copy(update={"gpu_offload_split_prompt_s": v}),
+                       PINNED_SPLIT_BOUNDS)
+        spec = spec.model_copy(update={"gpu_offload_split_prompt_s": x})
+        print(f"gpu_offload_split_prompt_s fitted on {len(split_cal)} prompt tests of mapped weights "
+              f"({', '.join(r.label for _, _, r in split_cal)}): {x:.3e}")
     fit_moe = tuple(a.fit_moe or ())
     moe_cal = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
                for kind, rec, run in runs if in_moe_fit(e, fit_moe, kind, rec, run, shape)]
@@ -616,7 +641,7 @@ def main() -> None:
         print(f"gpu_offload_split_pinned_s fitted on {len(pin)} prompt tests of pinned weights "
               f"({', '.join(r.label for _, _, r in pin)}): {x:.3e}")
     print("llamacpp fitted:", {k: v for k, v in spec.model_dump().items() if isinstance(v, float)})
-    rows = rows_of(loaded, spec, fit_on, fit_pinned=fit_pinned, fit_moe=fit_moe)
+    rows = rows_of(loaded, spec, fit_on, fit_pinned=fit_pinned, fit_moe=fit_moe, fit_split=fit_split)
     print("| arch | run | test | -ngl | CPU units | used to fit | predicted / measured (s) | err | run-to-run sd |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -634,7 +659,7 @@ def main() -> None:
     # the generation test that streams the most weights on the CPU; every other run held out, priced with it
     scales = host_scales(loaded, spec)
     print("host CPU scale per call (its calibration run):", {f: (round(x, 3), lab) for f, (x, lab) in scales.items()})
-    per_host = rows_of(loaded, spec, fit_on, scales, fit_pinned, fit_moe)
+    per_host = rows_of(loaded, spec, fit_on, scales, fit_pinned, fit_moe, fit_split)
     summary.update({f"{PER_HOST}, {k}": v for k, v in sections(per_host, fitted_archs, slow, narrowest).items()
                     if k.split(", ")[-1] in ("tg", "pp") or "exported" in k or "--fit" in k or "as wide" in k})
     for group, v in summary.items():

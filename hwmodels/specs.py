@@ -182,6 +182,12 @@ class PeerSpec(Spec):
                                                   "each a split of ggml's scheduler of its own (synchronise, copy, "
                                                   "launch); the unit's attention stays on the CPU with its KV cache "
                                                   "(at cpu_flops_per_s).")
+    gpu_offload_split_prompt_s: NonNegativeFloat | None = Field(default=None, description="gpu_offload_split_s "
+                                                                "instead on a prompt's step (one step of many "
+                                                                "tokens) for weights of the mapped file; the fitted "
+                                                                "one stands for decode steps of 32 or more sequences, "
+                                                                "which copy every CPU-held weight again each step. "
+                                                                "Absent: gpu_offload_split_s.")
     gpu_moe_expert_s: NonNegativeFloat = Field(default=0.0, description="Per routed expert of a block whose experts "
                                                "the GPU computes, per step of one token of each sequence (decode "
                                                "steps, and a one-token prompt), used or not: ggml-cuda's expert-"

@@ -108,6 +108,10 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     split = peer.gpu_offload_split_s if peer is not None else 0.0
     pinned_split = peer.gpu_offload_split_pinned_s if peer is not None else None
     split_of = [pinned_split if m == "pinned" and pinned_split is not None else split for m in memory]
+    prompt_split = peer.gpu_offload_split_prompt_s if peer is not None else None
+    # a prompt's step: the mapped weights' own split cost where the peer has one
+    prompt_split_of = [prompt_split if m == "pageable" and prompt_split is not None else x
+                       for m, x in zip(memory, split_of)]
     attn_flops = (cpu_flops or machine.cpu.flops_per_s) if peer is not None else 0.0
 
     # llama.cpp's CUDA graphs: a step that warms one up launches its GPU units' operators one by one
@@ -125,8 +129,9 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         """A peer's operators of a block's routed experts (sim.shapes.ggml_moe_ops), priced with its first expert to
         run in the step: on the device that runs them, a split per fused weight when offloaded, a graph warm-up."""
         op = op_s[cpu] or 0.0
+        split_s = (split_of if decode else prompt_split_of)[ui]
         return moe_ops * (op + (warmup_op_s if not cpu and s in warmup and t[units[ui].name].compute == "gpu"
-                                else 0.0)) + (split_of[ui] * GGML_MOE_WEIGHTS if offloaded[ui] and not cpu else 0.0) \
+                                else 0.0)) + (split_s * GGML_MOE_WEIGHTS if offloaded[ui] and not cpu else 0.0) \
             + (expert_s * model.n_routed_experts if not cpu and decode else 0.0)
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0,
@@ -135,7 +140,8 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         decode = _step_shape(w, peer is None, s)[0] == 1
         block = moe_block_s(ui, cpu, s, decode) if first_expert and moe_ops else 0.0
         if offloaded[ui] and not cpu:  # ggml_weights splits of its own, the attention over the shared cache's cells
-            return _compute_time(ui, cpu, batch, new, ctx) + split_of[ui] * ggml_weights(units[ui].kind, model.family) \
+            split_s = (split_of if decode else prompt_split_of)[ui]
+            return _compute_time(ui, cpu, batch, new, ctx) + split_s * ggml_weights(units[ui].kind, model.family) \
                 + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops + block
         return _compute_time(ui, cpu, batch, new, ctx) + (warmup_s[ui] if s in warmup else 0.0) \
             + (mm_attention[ui] if not cpu and batch * new == 1 else 0.0) + block

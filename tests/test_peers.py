@@ -1284,3 +1284,29 @@ def test_llamacpp_head_after_cpu_layers_streams_faster_on_a_dense_model_only():
         head = next(u.nbytes for u in shape.units if u.kind == "lm_head")
         want = head / spec.cpu_head_bytes_per_s / 2 if moves else 0.0
         assert tpot[0] - tpot[1] == pytest.approx(want, rel=0.05, abs=1e-12)
+
+
+def test_llamacpp_prompt_step_pays_its_own_split_cost_and_decode_steps_the_fitted_one():
+    """-ngl 3 of six blocks, the model file mapped: a 128-token prompt copies the 4 CPU blocks' 36 weight tensors at
+    gpu_offload_split_prompt_s each (raising it by X lengthens the first token by 36 X and leaves the decode steps
+    alone); 32 sequences decoded together copy them at gpu_offload_split_s, whatever the prompt's cost."""
+    from hwmodels.presets import load_machine
+    from sim.plan import Budgets, Workload
+    from sim.policies import llamacpp_ngl
+    from sim.simulate import fast_simulate
+    from validate.peer_calibration import with_peer
+    m = load_machine("h200-testbox")
+    spec = m.peers["llamacpp"]
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
+
+    def sim(w, **update):
+        mm = with_peer(m, "llamacpp", spec.model_copy(update=update))
+        return fast_simulate(LLAMA6, mm, llamacpp_ngl(LLAMA6, m, w, b, 3), w, b)
+    w = Workload(batch=1, prompt_tokens=128, new_tokens=5)
+    low, high = sim(w, gpu_offload_split_prompt_s=0.0), sim(w, gpu_offload_split_prompt_s=1e-3)
+    assert high["ttft_s"] - low["ttft_s"] == pytest.approx(1e-3 * 4 * 9, rel=1e-6)
+    assert high["time_per_token_s"] == pytest.approx(low["time_per_token_s"], rel=1e-12)
+    many = Workload(batch=32, prompt_tokens=1, new_tokens=5)
+    assert sim(many, gpu_offload_split_prompt_s=1e-3)["time_per_token_s"] == pytest.approx(
+        sim(many, gpu_offload_split_prompt_s=0.0)["time_per_token_s"], rel=1e-12)
+    assert sim(many, gpu_offload_split_s=2e-3)["time_per_token_s"] > sim(many)["time_per_token_s"]
