@@ -162,3 +162,26 @@ def test_dtype_with_a_gguf_is_refused(tmp_path):
     with pytest.raises(InputError, match="drop --dtype"):
         from sim.formats import parse_format
         load_model(str(path), parse_format("bf16"))
+
+
+def test_calibrate_peer_reads_the_gguf_llama_bench_ran(tmp_path, capsys):
+    """calibrate-peer MODEL.gguf: the shape comes from the GGUF's own tensors; records timed 1.25x as fast as the
+    preset prices that shape at -ngl 0 give a factor of 1.25, written to the profile."""
+    import json
+    from hwmodels.presets import load_machine
+    from validate.llamacpp_bench import run_of
+    from validate.peer_calibration import host_scaled, predict, with_peer
+    path = tmp_path / "m.gguf"
+    write_llama(path)
+    shape = load_model(str(path))
+    m = load_machine("h200-testbox")
+    truth = with_peer(m, "llamacpp", host_scaled(m.peers["llamacpp"], 1.25))
+    rec = {"n_prompt": 0, "n_gen": 16, "n_gpu_layers": 0, "avg_ns": 1.0}
+    t = predict(shape, truth, run_of(rec, shape, truth, None, ""))["time_per_token_s"]
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps([dict(rec, avg_ns=t * 16e9)]))
+    out = tmp_path / "p.json"
+    assert main(["calibrate-peer", str(path), "--bench", str(bench), "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(1.25, rel=1e-3)
+    assert load_machine(str(out)).peers["llamacpp"].cpu_bytes_per_s == pytest.approx(
+        1.25 * m.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
