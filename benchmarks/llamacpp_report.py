@@ -342,11 +342,23 @@ def in_moe_fit(e: dict, fit_moe: tuple, kind: str, rec: dict, run: PeerRun, shap
 PINNED_SPLIT_BOUNDS = (1e-7, 1e-3)  # seconds per weight tensor of a pinned unit that the prefill offload copies
 
 
-def in_pinned_fit(e: dict, fit_pinned: tuple, kind: str, rec: dict, run: PeerRun) -> bool:
+def in_pinned_fit(e: dict, fit_pinned: tuple, kind: str, rec: dict, run: PeerRun, shape: ModelShape) -> bool:
     """A prompt test of an architecture named by --fit-pinned with weights in pinned host buffers on the CPU (-lm
     none): what fits gpu_offload_split_pinned_s."""
     return f"{e['file']}:{e['arch']}" in fit_pinned and kind == "ngl" and rec["n_gen"] == 0 \
         and not mapped_of(rec.get("args") or [], rec) and any(p.tier == "ram_pinned" for p in run.plan.placements)
+
+
+# costs fitted apart, each alone on the runs its option names, in this order (the rest as fitted): option, the
+# PeerSpec field, its bounds, the runs it is fitted on
+APART = (("fit_split", "gpu_offload_split_prompt_s", PINNED_SPLIT_BOUNDS, in_split_fit),
+         ("fit_moe", "gpu_moe_expert_s", MOE_EXPERT_BOUNDS, in_moe_fit),
+         ("fit_pinned", "gpu_offload_split_pinned_s", PINNED_SPLIT_BOUNDS, in_pinned_fit))
+
+
+def in_apart_fit(apart: dict, e: dict, kind: str, rec: dict, run: PeerRun, shape: ModelShape) -> bool:
+    """A run some cost fitted apart is fitted on (`apart`: option -> the FILE:ARCH it names)."""
+    return any(test(e, apart.get(option, ()), kind, rec, run, shape) for option, _, _, test in APART)
 
 
 def cpu_experts(run: PeerRun, shape: ModelShape) -> bool:
@@ -381,8 +393,7 @@ def host_scales(loaded, spec) -> dict[str, tuple[float, tuple]]:
     return out
 
 
-def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, fit_pinned: tuple = (),
-            fit_moe: tuple = (), fit_split: tuple = ()) -> list[dict]:
+def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, apart: dict | None = None) -> list[dict]:
     """Every run predicted and measured. `scales`: per file, the host's CPU scale and the label of the run it was
     measured on (host_scales); that run then counts as a calibration run."""
     rows = []
@@ -402,9 +413,7 @@ def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, fit_pin
                          "ngl": rec["n_gpu_layers"],
                          "ot": rec.get("tensor_buft_overrides"), "threads": rec.get("n_threads"),
                          "calibration": in_fit(e, fit_on, kind, rec, run, shape, ngls)
-                         or in_pinned_fit(e, fit_pinned, kind, rec, run)
-                         or in_moe_fit(e, fit_moe, kind, rec, run, shape)
-                         or in_split_fit(e, fit_split, kind, rec, run, shape)
+                         or in_apart_fit(apart or {}, e, kind, rec, run, shape)
                          or (label is not None and (e["arch"], run.label, test) == label),
                          "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape), "hidden": shape.hidden,
                          # its tokens spread over the experts as a trained router's do (h200_llamacpp --embed-scale)
@@ -612,36 +621,16 @@ def main() -> None:
     # the costs fitted apart below start unmeasured, so the report depends on its inputs alone, not the preset's values
     spec = fit("llamacpp", cal, src).model_copy(update={"gpu_moe_expert_s": 0.0, "gpu_offload_split_pinned_s": None,
                                                         "gpu_offload_split_prompt_s": None})
-    fit_pinned = tuple(a.fit_pinned or ())
-    pin = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
-           for kind, rec, run in runs if in_pinned_fit(e, fit_pinned, kind, rec, run)]
-    fit_split = tuple(a.fit_split or ())
-    split_cal = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
-                 for kind, rec, run in runs if in_split_fit(e, fit_split, kind, rec, run, shape)]
-    if split_cal:  # the mapped weights' split cost on a prompt's step, on those runs alone (the rest as fitted)
-        x = fit_scalar("llamacpp", split_cal, lambda v: spec.model_copy(update={"gpu_offload_split_prompt_s": v}),
-                       PINNED_SPLIT_BOUNDS)
-        spec = spec.model_copy(update={"gpu_offload_split_prompt_s": x})
-        print(f"gpu_offload_split_prompt_s fitted on {len(split_cal)} prompt tests of mapped weights "
-              f"({', '.join(r.label for _, _, r in split_cal)}): {x:.3e}")
-    fit_moe = tuple(a.fit_moe or ())
-    moe_cal = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
-               for kind, rec, run in runs if in_moe_fit(e, fit_moe, kind, rec, run, shape)]
-    if moe_cal:  # the GPU's cost per routed expert of a block, on those runs alone (the rest as fitted)
-        x = fit_scalar("llamacpp", moe_cal, lambda v: spec.model_copy(update={"gpu_moe_expert_s": v}),
-                       MOE_EXPERT_BOUNDS)
-        spec = spec.model_copy(update={"gpu_moe_expert_s": x})
-        print(f"gpu_moe_expert_s fitted on {len(moe_cal)} generation tests of an MoE on the GPU "
-              f"({', '.join(r.label for _, _, r in moe_cal)}): {x:.3e}")
-        pin = [(sh, with_peer(m, "llamacpp", spec), r) for sh, m, r in pin]
-    if pin:  # the per-split cost of pinned weights, on those runs alone (the rest as fitted)
-        x = fit_scalar("llamacpp", pin, lambda v: spec.model_copy(update={"gpu_offload_split_pinned_s": v}),
-                       PINNED_SPLIT_BOUNDS)
-        spec = spec.model_copy(update={"gpu_offload_split_pinned_s": x})
-        print(f"gpu_offload_split_pinned_s fitted on {len(pin)} prompt tests of pinned weights "
-              f"({', '.join(r.label for _, _, r in pin)}): {x:.3e}")
+    apart = {option: tuple(getattr(a, option) or ()) for option, *_ in APART}
+    for option, field, bounds, test in APART:
+        cal = [(shape, with_peer(machine, "llamacpp", spec), run) for e, shape, machine, runs in loaded
+               for kind, rec, run in runs if test(e, apart[option], kind, rec, run, shape)]
+        if cal:
+            x = fit_scalar("llamacpp", cal, lambda v: spec.model_copy(update={field: v}), bounds)
+            spec = spec.model_copy(update={field: x})
+            print(f"{field} fitted on {len(cal)} runs ({', '.join(r.label for _, _, r in cal)}): {x:.3e}")
     print("llamacpp fitted:", {k: v for k, v in spec.model_dump().items() if isinstance(v, float)})
-    rows = rows_of(loaded, spec, fit_on, fit_pinned=fit_pinned, fit_moe=fit_moe, fit_split=fit_split)
+    rows = rows_of(loaded, spec, fit_on, apart=apart)
     print("| arch | run | test | -ngl | CPU units | used to fit | predicted / measured (s) | err | run-to-run sd |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -659,7 +648,7 @@ def main() -> None:
     # the generation test that streams the most weights on the CPU; every other run held out, priced with it
     scales = host_scales(loaded, spec)
     print("host CPU scale per call (its calibration run):", {f: (round(x, 3), lab) for f, (x, lab) in scales.items()})
-    per_host = rows_of(loaded, spec, fit_on, scales, fit_pinned, fit_moe, fit_split)
+    per_host = rows_of(loaded, spec, fit_on, scales, apart)
     summary.update({f"{PER_HOST}, {k}": v for k, v in sections(per_host, fitted_archs, slow, narrowest).items()
                     if k.split(", ")[-1] in ("tg", "pp") or "exported" in k or "--fit" in k or "as wide" in k})
     for group, v in summary.items():
