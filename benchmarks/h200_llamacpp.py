@@ -374,7 +374,9 @@ def fit_params(binary: str, model: Path, budget_bytes: int, ctx: int) -> dict:
     Returns them with llama-bench's spelling of the placement (its -ot rules joined by ';')."""
     exe = str(Path(binary).with_name("llama-fit-params"))
     free = free_vram_mib()
-    margin = max((free or 0) - budget_bytes // 2**20, 0)
+    if free is None:  # without it the margin would fit the whole GPU, not the budget asked for
+        raise RuntimeError("nvidia-smi gave no free GPU memory: a budget cannot be set as --fit's margin")
+    margin = max(free - budget_bytes // 2**20, 0)
     cmd = [exe, "-m", str(model), "-c", str(ctx), "-fitt", str(margin), "-lv", "4"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("-c ")), None)
