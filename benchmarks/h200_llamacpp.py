@@ -387,7 +387,7 @@ def fit_params(binary: str, model: Path, budget_bytes: int, ctx: int) -> dict:
     seen = re.findall(r"vs\. (\d+) MiB of free device memory", r.stderr)
     out = {"budget_bytes": budget_bytes, "free_mib_before": free, "margin_mib": margin, "printed": line,
            "fit_free_mib": int(seen[0]) if seen else None, "log": [ln for ln in r.stderr.splitlines()
-                                                                   if "llama_params_fit" in ln][-40:],
+                                                                   if "MiB" in ln][-120:],
            "bench_args": ["-ngl", value["-ngl"]] + (["-ot", value["-ot"].replace(",", ";")] if "-ot" in value else [])}
     log("llama-fit-params", f"{budget_bytes / 2**30:.1f} GiB", line[:160])
     return out

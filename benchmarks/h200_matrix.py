@@ -74,6 +74,18 @@ ARCHS = {
     "moe-64x8": ("qwen3-235b-a22b", dict(num_hidden_layers=16, hidden_size=2048, num_attention_heads=16,
                                          num_key_value_heads=16, moe_intermediate_size=1024,
                                          num_experts=64, num_experts_per_tok=8, vocab_size=50304)),
+    # call AJ, shapes no fit has seen: Phi-3-mini's layer (32 heads of 96, no grouped KV, a 32064-token
+    # vocabulary), SmolLM-360M's (hidden 960, 15 heads over 5) and Qwen1.5-MoE-A2.7B's routed experts (60 of 1408,
+    # four a token; its shared expert left out, as the qwen3moe architecture has none)
+    "phi3-mini": ("llama-3.1-8b", dict(num_hidden_layers=32, hidden_size=3072, intermediate_size=8192,
+                                       num_attention_heads=32, num_key_value_heads=32, head_dim=96,
+                                       vocab_size=32064)),
+    "smollm-360m": ("llama-3.1-8b", dict(num_hidden_layers=32, hidden_size=960, intermediate_size=2560,
+                                         num_attention_heads=15, num_key_value_heads=5, head_dim=64,
+                                         vocab_size=49152)),
+    "moe-60x4": ("qwen3-235b-a22b", dict(num_hidden_layers=24, hidden_size=2048, num_attention_heads=16,
+                                         num_key_value_heads=16, moe_intermediate_size=1408,
+                                         num_experts=60, num_experts_per_tok=4, vocab_size=151936)),
 }
 T0 = time.perf_counter()
 
