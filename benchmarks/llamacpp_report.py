@@ -43,12 +43,16 @@ import re
 import statistics
 from pathlib import Path
 
+from benchmarks.archs import ARCHS
 from hwmodels.presets import load_machine
 from hwmodels.specs import MachineSpec
-from sim.memory import PlanError
+from sim.memory import PlanError, memory_use
 from sim.plan import Plan, Workload
 from sim.policies import llamacpp, llamacpp_ngl
+from sim.families import shape_from_config
+from sim.formats import parse_format
 from sim.shapes import ATTENTION_KINDS, ModelShape
+from validate.checkpoint import make_config
 from validate.llamacpp_bench import bench_budgets as budgets, mapped_of, run_of
 from validate.peer_calibration import PeerRun, fit, fit_host_scale, fit_scalar, host_scaled, predict, with_peer
 
@@ -188,6 +192,57 @@ def on_cpu(plan: Plan) -> set[str]:
     return {p.unit for p in plan.placements if p.compute == "cpu"}
 
 
+def fit_workload(fitted: dict, default: Workload | None = None) -> Workload | None:
+    """One sequence filling the context llama-fit-params was given (its printed -c): the memory it fitted for;
+    `default` where it printed none."""
+    words = fitted.get("printed", "").split()
+    if "-c" not in words[:-1]:
+        return default
+    return Workload(batch=1, prompt_tokens=max(int(words[words.index("-c") + 1]) - 1, 1), new_tokens=1)
+
+
+def with_tensor_sizes(entry: dict, shape: ModelShape) -> ModelShape:
+    """A shape recorded before units carried their largest tensor, given those of its architecture's config
+    (benchmarks/archs.py; the GGUF's matrices are 16-bit), so llama.cpp's compute buffer is priced as for a new run."""
+    if any(u.max_tensor_nbytes for u in shape.units) or entry["arch"] not in ARCHS:
+        return shape
+    preset, over = ARCHS[entry["arch"]]
+    ref = shape_from_config(make_config(preset, **dict(over, num_hidden_layers=entry["layers"])),
+                            parse_format("fp16"))
+    big = {u.name: u.max_tensor_nbytes for u in ref.units}
+    return shape.model_copy(update={"units": tuple(u.model_copy(update={"max_tensor_nbytes": big.get(u.name, 0)})
+                                                   for u in shape.units)})
+
+
+FIT_MEM = re.compile(r"n_layer=\s*(\d+), n_part=\s*(\d+), overflow_type=(\d+), mem=\s*(\d+) MiB")
+
+
+def fit_memory(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[dict]:
+    """llama.cpp's own projection of its GPU memory for each placement its --fit tried (llama-fit-params' trace:
+    n_layer layers from the back, the output counted first; with overflow_type 4 the routed experts of the last
+    n_part of them on the CPU, its -ot over all three expert tensors: the output, counted among them, has none),
+    against sim.memory.memory_use of that placement at the same context."""
+    out, seen = [], set()
+    for fitted in entry.get("fits", []):
+        if "error" in fitted:
+            continue
+        w = fit_workload(fitted)
+        for line in fitted.get("log", []) if w else []:
+            m = FIT_MEM.search(line)
+            if not m:
+                continue
+            ngl, part, overflow, mib = (int(g) for g in m.groups())
+            if (ngl, part) in seen or (part and overflow != 4) or part > ngl:
+                continue  # a partial layer's share of its experts (overflow_type 1-3) is not placed by the model
+            seen.add((ngl, part))
+            plan = llamacpp_ngl(shape, machine, w, budgets(machine), ngl,
+                                cpu_expert_blocks=range(shape.n_blocks - max(part - 1, 0), shape.n_blocks))
+            mem = memory_use(shape, plan, w, budgets(machine)).vram_bytes / 2**20
+            out.append({"arch": entry["arch"], "file": entry.get("file"), "ngl": ngl, "n_part": part,
+                        "llamacpp_mib": mib, "predicted_mib": round(mem, 1), "diff_mib": round(mem - mib, 1)})
+    return out
+
+
 def fit_runs(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, dict, PeerRun]]:
     """llama.cpp's own placement (--fit, h200_llamacpp.py --fit-shares) at a GPU budget, timed: each record twice,
     as 'fit' (the placement llama-fit-params printed, priced as run; a dense model's partial layer, its feed-forward
@@ -213,7 +268,7 @@ def fit_runs(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple
                         dataclasses.replace(run, label=f"{label}, as placed", plan=plan)))
             try:
                 room = budgets(machine).model_copy(update={"vram_bytes": vram})
-                policy = llamacpp(shape, machine, run.workload, room)
+                policy = llamacpp(shape, machine, fit_workload(fitted, run.workload), room)
             except PlanError:  # the policy refuses a budget llama.cpp fitted: no prediction to compare
                 continue
             differs = len(on_cpu(policy) ^ on_cpu(plan))  # units one computes on the CPU and the other not
@@ -271,7 +326,7 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
         for e in doc["archs"]:
             if "error" in e or "gguf_shape" not in e:
                 continue
-            shape = ModelShape.model_validate(e["gguf_shape"])
+            shape = with_tensor_sizes(e, ModelShape.model_validate(e["gguf_shape"]))
             data = {k: v for k, v in e["profile"]["machine"].items() if k != "peers"}
             # every call ran on the same host; profiles written before the cache size was recorded lack it
             data["cpu"] = {**data["cpu"], "llc_bytes": data["cpu"].get("llc_bytes") or HOST.cpu.llc_bytes}
@@ -522,10 +577,11 @@ def summarise(rows: list[dict], fitted_archs: set[str] = frozenset(), slow_hosts
         if fitted:
             out[f"tg {name}"] = stats(fitted)
     fits = [r for r in held if r["kind"] == "fit_policy"]
-    if fits:
-        out["fit placements the llamacpp policy chose alike"] = {
+    if fits:  # a budget too small for llama.cpp's compute buffer alone: --fit places -ngl 0 beyond it, the policy
+        out["fit placements the llamacpp policy chose alike"] = {  # refuses (no fit_policy row)
             "runs": len(fits), "same": sum(r["policy_differs"] == 0 for r in fits),
-            "units_apart": [r["policy_differs"] for r in fits]}
+            "units_apart": [r["policy_differs"] for r in fits],
+            "refused": sum(r["kind"] in ("fit", "fit_partial") for r in held) - len(fits)}
     for kind in ("exported_ot", "threads"):  # not priced as run: the -ot form's KV on the GPU, other thread counts
         out[f"tg {kind} (not priced as run)"] = stats([r for r in held if r["kind"] == kind
                                                       and r["test"].startswith("tg")])
@@ -651,6 +707,12 @@ def main() -> None:
     per_host = rows_of(loaded, spec, fit_on, scales, apart)
     summary.update({f"{PER_HOST}, {k}": v for k, v in sections(per_host, fitted_archs, slow, narrowest).items()
                     if k.split(", ")[-1] in ("tg", "pp") or "exported" in k or "--fit" in k or "as wide" in k})
+    mem = [r for e, shape, machine, _ in loaded for r in fit_memory(e, shape, machine)]
+    if mem:
+        diffs = [abs(r["diff_mib"]) for r in mem]
+        summary["llama.cpp's projected GPU memory (llama-fit-params), MiB off"] = {
+            "placements": len(mem), "median_abs_mib": statistics.median(diffs), "worst_abs_mib": max(diffs),
+            "within_8_mib": sum(d <= 8 for d in diffs), "worst": max(mem, key=lambda r: abs(r["diff_mib"]))}
     for group, v in summary.items():
         print(f"held out, {group}: {v}")
     if a.json:

@@ -221,9 +221,20 @@ def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, co
         own = p.model_copy(update={"policy": "planner", "codec": p.codec or codec, "engine": "offloadsim"})
         modelled = _evaluable(own, ev_real) is not None
         if tiers is None and allow_cpu and (modelled or len(model.units) < SIMPY_MAX_UNITS):
-            # the peer's placement run by offloadsim's engine (without the peer's costs)
-            t = _objective(s if p.engine == "offloadsim" else _simulated(model, machine, own, real, budgets, ev_real),
-                           objective)
+            # the peer's placement run by offloadsim's engine (without the peer's costs); where offloadsim's staging
+            # slot for a prompt's copies of CPU-held units does not fit (llama.cpp copies a tensor at a time), with
+            # those units computed on the CPU instead
+            t = None
+            for tried in (own, own.model_copy(update={"gpu_offload_min_tokens": None})):
+                try:
+                    t = _objective(s if p.engine == "offloadsim" else
+                                   _simulated(model, machine, tried, real, budgets, ev_real), objective)
+                    own = tried
+                    break
+                except PlanError:
+                    continue
+            if t is None:
+                continue
             seeds[f"{name}-peer"] = t
             if t < best_t * (1 - 1e-12):
                 best, best_t = (f"{name}-peer", own), t

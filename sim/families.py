@@ -62,16 +62,17 @@ class _Cfg:
 def _head(fmt: WeightFormat, h: int, vocab: int, n_blocks: int, tied: bool, norm_params: int,
           embed_modules=("model.embed_tokens",), head_modules=("model.norm", "lm_head"), extra_embed: int = 0):
     emb = make_unit(fmt, name=embed_modules[0], kind="embedding", block=-1, modules=embed_modules,
-                    matrix_params=vocab * h + extra_embed, flop_params=0, hidden=h)
+                    matrix_params=vocab * h + extra_embed, max_tensor_params=vocab * h, flop_params=0, hidden=h)
     head = make_unit(fmt, name="lm_head", kind="lm_head", block=n_blocks, modules=head_modules,
-                     matrix_params=vocab * h, small_params=norm_params, hidden=h)
+                     matrix_params=vocab * h, max_tensor_params=vocab * h, small_params=norm_params, hidden=h)
     if tied:  # the head reuses the embedding matrix: its bytes must still reach the GPU, its params count once
         head = head.model_copy(update={"matrix_params": 0, "tied_nbytes": fmt.matrix_nbytes(vocab * h)})
     return emb, head
 
 
 def _gqa_attention(c: _Cfg, h: int, qkv_bias: bool, qk_norm: bool) -> tuple[int, int, int, int]:
-    """(matrix params, small params, attn FLOPs per context token, KV bytes per token)."""
+    """(matrix params, small params, attn FLOPs per context token, KV bytes per token); its largest matrix, the
+    query's or the output's, is h * (the attention FLOPs per context token / 4)."""
     n_h = c.int("num_attention_heads")
     n_kv = c.int("num_key_value_heads", n_h)
     if n_kv > n_h or n_h % n_kv:
@@ -97,6 +98,7 @@ def _dense(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     for i in range(n_layers):
         units.append(make_unit(fmt, name=f"model.layers.{i}", kind="decoder", block=i, modules=(f"model.layers.{i}",),
                                matrix_params=a_mat + 3 * h * inter, small_params=a_small, attn_flops_per_ctx_token=a_flops,
+                               max_tensor_params=max(h * inter, h * a_flops // 4),
                                kv_bytes_per_token=kv, hidden=h,
                                launches=LAUNCHES["decoder"] + (QK_NORM_LAUNCHES if t == "qwen3" else 0)))
     return ModelShape(name=cfg.get("_name_or_path") or t, family=t, weight_format=fmt, n_blocks=n_layers, hidden=h,
@@ -104,24 +106,29 @@ def _dense(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
 
 
 def _moe_block(fmt, i, h, prefix, n_experts, expert_inter, a_mat, a_small, a_flops, kv, router_small, n_shared=0,
-               shared_inter=0, dense_inter=0) -> list[UnitShape]:
-    """A MoE block: attention (+norms, router) as one unit, each routed expert, the shared experts."""
+               shared_inter=0, dense_inter=0, a_largest=0) -> list[UnitShape]:
+    """A MoE block: attention (+norms, router) as one unit, each routed expert, the shared experts. `a_largest`: the
+    attention's largest matrix (params), by default the query's of a grouped-query attention."""
+    a_largest = a_largest or h * a_flops // 4
     gate = n_experts * h
     if dense_inter:
         return [make_unit(fmt, name=f"model.layers.{i}", kind="decoder", block=i, modules=(f"model.layers.{i}",),
                           matrix_params=a_mat + 3 * h * dense_inter, small_params=a_small,
+                          max_tensor_params=max(h * dense_inter, a_largest),
                           attn_flops_per_ctx_token=a_flops, kv_bytes_per_token=kv, hidden=h)]
     out = [make_unit(fmt, name=f"model.layers.{i}", kind="attention", block=i, modules=(f"model.layers.{i}",),
                      matrix_params=a_mat, small_params=a_small + gate + router_small, attn_flops_per_ctx_token=a_flops,
+                     max_tensor_params=a_largest,
                      kv_bytes_per_token=kv, hidden=h, flop_params=a_mat + gate)]
     for e in range(n_experts):
         name = f"{prefix.format(i=i)}.experts.{e}"
         out.append(make_unit(fmt, name=name, kind="expert", block=i, expert=e, modules=(name,),
-                             matrix_params=3 * h * expert_inter, hidden=h))
+                             matrix_params=3 * h * expert_inter, max_tensor_params=h * expert_inter, hidden=h))
     if n_shared:
         name = f"{prefix.format(i=i)}.shared_experts"
         out.append(make_unit(fmt, name=name, kind="shared-expert", block=i, modules=(name,),
-                             matrix_params=3 * h * shared_inter * n_shared, hidden=h))
+                             matrix_params=3 * h * shared_inter * n_shared,
+                             max_tensor_params=h * shared_inter * n_shared, hidden=h))
     return out
 
 
@@ -158,6 +165,8 @@ def _deepseek(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     a_mat = q_mat + h * (kv_lora + rope) + kv_lora * n_h * (nope + v_dim) + n_h * v_dim * h
     a_small = (q_lora if q_lora else 0) + kv_lora + 2 * h
     a_flops = 2 * n_h * (qk + v_dim)
+    a_largest = max(*((h * q_lora, q_lora * n_h * qk) if q_lora else (h * n_h * qk,)), h * (kv_lora + rope),
+                    kv_lora * n_h * (nope + v_dim), n_h * v_dim * h)
     kv = (kv_lora + rope) * KV_BYTES  # compressed latent cache (MLA)
     n_exp, topk = c.int("n_routed_experts"), c.int("num_experts_per_tok")
     dense_layers, freq = c.int("first_k_dense_replace", 0), c.int("moe_layer_freq", 1)
@@ -169,7 +178,8 @@ def _deepseek(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
         units += _moe_block(fmt, i, h, "model.layers.{i}.mlp", n_exp, c.int("moe_intermediate_size"), a_mat, a_small,
                             a_flops, kv, router_bias, n_shared=c.int("n_shared_experts", 0),
                             shared_inter=c.int("moe_intermediate_size"),
-                            dense_inter=c.int("intermediate_size") if dense else 0)
+                            dense_inter=c.int("intermediate_size") if dense else 0,
+                            a_largest=a_largest)
     return ModelShape(name=cfg.get("_name_or_path") or cfg["model_type"], family=cfg["model_type"], weight_format=fmt,
                       n_blocks=n_layers, hidden=h, vocab=vocab, n_routed_experts=n_exp, experts_per_token=topk,
                       units=tuple(units + [head]))
@@ -192,6 +202,7 @@ def _opt(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
         name = f"model.decoder.layers.{i}"
         units.append(make_unit(fmt, name=name, kind="decoder", block=i, modules=(name,),
                                matrix_params=4 * h * h + 2 * h * ffn, small_params=4 * h + ffn + h + 4 * h,
+                               max_tensor_params=max(h * ffn, h * h),
                                attn_flops_per_ctx_token=4 * h, kv_bytes_per_token=2 * h * KV_BYTES, hidden=h))
     return ModelShape(name=cfg.get("_name_or_path") or "opt", family="opt", weight_format=fmt, n_blocks=n_layers,
                       hidden=h, vocab=vocab, units=tuple(units + [head]))

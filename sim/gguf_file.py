@@ -120,26 +120,30 @@ def shape_from_gguf(path: Path) -> ModelShape:
     shape = shape_from_config(cfg, WeightFormat(name="gguf", bits_per_weight=16.0), source=source)
     n_blocks = shape.n_blocks
     blocks: dict[tuple[int, str], int] = Counter()
+    largest: dict[tuple[int, str], int] = Counter()  # each part's largest tensor (llama.cpp copies one at a time)
     for name, (_, nbytes, _) in tensors.items():
-        blocks[_unit_of(name, n_blocks)] += nbytes
+        part = _unit_of(name, n_blocks)
+        blocks[part] += nbytes
+        largest[part] = max(largest[part], nbytes)
     n_exp = shape.n_routed_experts
     units, emb_bytes = [], blocks[(-1, "rest")]
     for u in shape.units:
         if u.kind == "embedding":
-            nbytes, tied = emb_bytes, 0
+            nbytes, tied, big = emb_bytes, 0, largest[(-1, "rest")]
         elif u.kind == "lm_head":
             tied = tensors["token_embd.weight"][1] if cfg["tie_word_embeddings"] and "token_embd.weight" in tensors else 0
-            nbytes = blocks[(n_blocks, "rest")] + tied
+            nbytes, big = blocks[(n_blocks, "rest")] + tied, max(largest[(n_blocks, "rest")], tied)
         elif u.kind == "expert":
-            nbytes, tied = blocks[(u.block, "exps")] // n_exp, 0
+            nbytes, tied, big = blocks[(u.block, "exps")] // n_exp, 0, largest[(u.block, "exps")] // n_exp
         elif u.kind == "shared-expert":
-            nbytes, tied = blocks[(u.block, "shexp")], 0
+            nbytes, tied, big = blocks[(u.block, "shexp")], 0, largest[(u.block, "shexp")]
         else:
             nbytes, tied = blocks[(u.block, "rest")] + (0 if n_exp else blocks[(u.block, "exps")]), 0
+            big = max(largest[(u.block, "rest")], 0 if n_exp else largest[(u.block, "exps")])
         if nbytes <= 0:
             raise InputError(f"{source}: no tensor of the file belongs to unit {u.name!r} (block {u.block}); the "
                              "file's tensors do not match its metadata, re-convert it.")
-        units.append(u.model_copy(update={"nbytes": nbytes, "tied_nbytes": tied}))
+        units.append(u.model_copy(update={"nbytes": nbytes, "tied_nbytes": tied, "max_tensor_nbytes": big}))
     matrix = sum(u.matrix_params for u in shape.units) or 1
     stored = sum(u.nbytes - u.tied_nbytes for u in units)
     label = meta.get("general.file_type")

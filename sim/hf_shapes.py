@@ -138,20 +138,21 @@ def shape_from_transformers(cfg: dict, fmt: WeightFormat, source: str) -> ModelS
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     blocks, emb, head = _group(_tensors(model), prefix, embed)
 
-    def split(ts: dict) -> tuple[int, int]:
-        mat = sum(_numel(s) for s in ts.values() if len(s) >= 2)
-        return mat, sum(_numel(s) for s in ts.values() if len(s) < 2)
+    def split(ts: dict) -> dict:
+        mats = [_numel(s) for s in ts.values() if len(s) >= 2]
+        return dict(matrix_params=sum(mats), max_tensor_params=max(mats, default=0),
+                    small_params=sum(_numel(s) for s in ts.values() if len(s) < 2))
 
     units: list[UnitShape] = []
-    e_mat, e_small = split(emb)
-    units.append(make_unit(fmt, name=embed, kind="embedding", block=-1, modules=(embed,), matrix_params=e_mat,
-                           small_params=e_small, flop_params=0, hidden=h))
+    units.append(make_unit(fmt, name=embed, kind="embedding", block=-1, modules=(embed,), **split(emb), flop_params=0,
+                           hidden=h))
     for i in range(n_layers):
         units += _block_units(fmt, f"{prefix}.{i}", i, blocks[i], n_exp, h, attn_flops, kv_bytes, split)
-    h_mat, h_small = split(head)
+    sizes = split(head)
     head_modules = tuple(sorted({n.rsplit(".", 1)[0] for n in head}))
     lm = make_unit(fmt, name="lm_head", kind="lm_head", block=n_layers, modules=head_modules,
-                   matrix_params=h_mat or vocab * h, small_params=h_small, hidden=h)
+                   **dict(sizes, matrix_params=sizes["matrix_params"] or vocab * h,
+                          max_tensor_params=sizes["max_tensor_params"] or vocab * h), hidden=h)
     if tied:  # the head reuses the embedding matrix: its bytes must still reach the GPU, its params count once
         lm = lm.model_copy(update={"matrix_params": 0, "tied_nbytes": fmt.matrix_nbytes(vocab * h)})
     units.append(lm)
@@ -183,20 +184,15 @@ def _block_units(fmt, name: str, i: int, ts: dict, n_exp: int, h: int, attn_flop
             shared[k] = s
         else:
             rest[k] = s
-    mat, small = split(rest)
     if not experts:
-        return [make_unit(fmt, name=name, kind="decoder", modules=(name,), matrix_params=mat, small_params=small,
-                          **common)]
-    out = [make_unit(fmt, name=name, kind="attention", modules=(name,), matrix_params=mat, small_params=small,
-                     **common)]
+        return [make_unit(fmt, name=name, kind="decoder", modules=(name,), **split(rest), **common)]
+    out = [make_unit(fmt, name=name, kind="attention", modules=(name,), **split(rest), **common)]
     for e in range(n_exp):
         ename = f"{name}.{where}.{e}"
-        e_mat, e_small = split(experts[e])
-        out.append(make_unit(fmt, name=ename, kind="expert", block=i, expert=e, modules=(ename,), matrix_params=e_mat,
-                             small_params=e_small, hidden=h))
+        out.append(make_unit(fmt, name=ename, kind="expert", block=i, expert=e, modules=(ename,), **split(experts[e]),
+                             hidden=h))
     if shared:
-        s_mat, s_small = split(shared)
         sname = name + "." + SHARED_RE.match(next(iter(shared))).group(1)
-        out.append(make_unit(fmt, name=sname, kind="shared-expert", block=i, modules=(sname,), matrix_params=s_mat,
-                             small_params=s_small, hidden=h))
+        out.append(make_unit(fmt, name=sname, kind="shared-expert", block=i, modules=(sname,), **split(shared),
+                             hidden=h))
     return out

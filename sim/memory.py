@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from hwmodels.units import GiB, InputError
 from sim.equations import STAGED_TIERS
+from sim.ggml_memory import ggml_compute_bytes, ggml_kv_bytes, ggml_largest_copy
 from sim.plan import Budgets, Plan, Workload
 from sim.shapes import ModelShape
 
@@ -55,10 +56,18 @@ def streamed_units(model: ModelShape, plan: Plan, w: Workload | None = None) -> 
 
 
 def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> MemoryUse:
+    """What the plan keeps where. A plan llama.cpp runs uses the GPU as llama.cpp does (sim/ggml_memory.py): its
+    staging is the compute buffer, with the activations in it, and its KV cache only that of its GPU layers."""
     t = plan.tiers()
     sizes = {u.name: u.nbytes for u in model.units}
     streamed = streamed_units(model, plan, w)
     slot = max((sizes[n] for n in streamed), default=0)
+    if plan.engine == "llamacpp":
+        staging, kv, act = ggml_compute_bytes(model, plan, w), ggml_kv_bytes(model, plan, w), 0
+        slot = ggml_largest_copy(model, plan, w)
+    else:
+        staging = plan.vram_slots * slot if streamed else 0
+        kv, act = kv_cache_bytes(model, w), activation_bytes(model, w)
     staged_host = [n for n in streamed if t[n].tier in STAGED_TIERS]
     pin_slot = max((sizes[n] for n in staged_host), default=0) if plan.pinned_staging else 0
     ratio = plan.codec.ratio if plan.codec else 1.0
@@ -69,8 +78,7 @@ def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     pinned_staging = max(plan.pinned_slots, 1) * pin_slot
     cache = budgets.ram_bytes - ram_w - pinned_w - pinned_staging
     return MemoryUse(resident_vram_bytes=sum(sizes[n] for n, p in t.items() if p.tier == "vram"),
-                     staging_vram_bytes=plan.vram_slots * slot if streamed else 0, kv_bytes=kv_cache_bytes(model, w),
-                     activation_bytes=activation_bytes(model, w), pinned_weights_bytes=pinned_w,
+                     staging_vram_bytes=staging, kv_bytes=kv, activation_bytes=act, pinned_weights_bytes=pinned_w,
                      pinned_staging_bytes=pinned_staging, ram_weights_bytes=ram_w, page_cache_bytes=max(cache, 0),
                      slot_bytes=slot)
 
@@ -95,6 +103,11 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
         if p.tier.endswith("compressed") and plan.codec is None:
             raise PlanError(f"plan: unit {p.unit!r} uses tier {p.tier!r} but the plan has no codec; add a codec.")
     m = memory_use(model, plan, w, budgets)
+    if m.vram_bytes > budgets.vram_bytes and plan.engine == "llamacpp":
+        raise PlanError(f"vram: llama.cpp needs {_gib(m.vram_bytes)} of GPU memory for this placement but the budget "
+                        f"is {_gib(budgets.vram_bytes)}: weights {_gib(m.resident_vram_bytes)} + KV cache of its GPU "
+                        f"layers {_gib(m.kv_bytes)} + compute buffer {_gib(m.staging_vram_bytes)}; raise --vram or "
+                        "keep fewer layers on the GPU.")
     if m.vram_bytes > budgets.vram_bytes:
         raise PlanError(f"vram: the plan needs {_gib(m.vram_bytes)} but the budget is {_gib(budgets.vram_bytes)}: "
                         f"resident weights {_gib(m.resident_vram_bytes)} + {plan.vram_slots} staging slots "

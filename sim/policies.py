@@ -9,7 +9,7 @@ from typing import Callable
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, unknown_name
-from sim.memory import PlanError, activation_bytes, check_plan, kv_cache_bytes
+from sim.memory import PlanError, check_plan, memory_use
 from sim.plan import Budgets, Placement, Plan, Workload
 from sim.shapes import ModelShape
 
@@ -181,30 +181,29 @@ def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     blocks = set(range(n_cpu_moe) if cpu_expert_blocks is None else cpu_expert_blocks)
     cpu_experts = {u.name for u in model.units if u.kind == "expert" and u.block in blocks}
     groups = [[n for n in g if n not in cpu_experts] for g in _blocks(model)]
-    size = {g[0]: sum(model.unit(n).nbytes for n in g) for g in groups}
-    gpu_left = budgets.vram_bytes - kv_cache_bytes(model, w) - activation_bytes(model, w)
-    # the prefill offload copies CPU weights into its compute buffer: room for the largest unit but the head and
-    # the embedding (a dense model's block; the output is placed first and the embedding's rows are looked up in
-    # place; calls AH and AI: --fit then placed what this places, or one layer more, where reserving the head's
-    # size left 2 to 5 layers fewer on the GPU)
-    gpu_left -= max(u.nbytes for u in model.units if u.kind not in ("embedding", "lm_head"))
-    on_gpu: set[str] = set()
-    for g in [groups[-1], *groups[1:-1][::-1]][:ngl]:  # llama.cpp's layers from the back: the output, then blocks
-        if ngl is None and size[g[0]] > gpu_left:
-            break
-        on_gpu.update(g)
-        gpu_left -= size[g[0]]
-    cpu_names = [u.name for u in model.units if u.name not in on_gpu]
-    tiers = _host_tiers(model, cpu_names, budgets, 0, not mapped)  # mmap: nothing pinned
-    if not mapped and any(tiers[n] != "ram_pinned" for n in cpu_names):
-        pinned = sum(model.unit(n).nbytes for n in cpu_names)
-        flag, room = min(("--pinned", budgets.pinned_bytes), ("--ram", budgets.ram_bytes), key=lambda f: f[1])
-        raise PlanError(f"llama.cpp --load-mode none pins its CPU weights ({pinned / 2**30:.2f} GiB) but the "
-                        f"{flag[2:]} budget is {room / 2**30:.2f} GiB; raise {flag} or keep the mapped file")
-    tiers.update({n: "vram" for n in on_gpu})
-    compute = {n: "cpu" for n in cpu_names}
-    plan = make_plan(model, machine, "llamacpp", tiers, compute, prefetch_depth=0, overlap_copy=False, vram_slots=1,
-                     pinned_slots=0, pinned_staging=False, gpu_offload_min_tokens=OFFLOAD_MIN_TOKENS, engine="llamacpp")
+    order = [groups[-1], *groups[1:-1][::-1]]  # llama.cpp's layers from the back: the output, then the blocks
+
+    def placed(k: int) -> Plan:  # the first k of `order` on the GPU
+        on_gpu = {n for g in order[:k] for n in g}
+        cpu_names = [u.name for u in model.units if u.name not in on_gpu]
+        tiers = _host_tiers(model, cpu_names, budgets, 0, not mapped)  # mmap: nothing pinned
+        if not mapped and any(tiers[n] != "ram_pinned" for n in cpu_names):
+            pinned = sum(model.unit(n).nbytes for n in cpu_names)
+            flag, room = min(("--pinned", budgets.pinned_bytes), ("--ram", budgets.ram_bytes), key=lambda f: f[1])
+            raise PlanError(f"llama.cpp --load-mode none pins its CPU weights ({pinned / 2**30:.2f} GiB) but the "
+                            f"{flag[2:]} budget is {room / 2**30:.2f} GiB; raise {flag} or keep the mapped file")
+        tiers.update({n: "vram" for n in on_gpu})
+        return make_plan(model, machine, "llamacpp", tiers, {n: "cpu" for n in cpu_names}, prefetch_depth=0,
+                         overlap_copy=False, vram_slots=1, pinned_slots=0, pinned_staging=False,
+                         gpu_offload_min_tokens=OFFLOAD_MIN_TOKENS, engine="llamacpp")
+
+    def fits(k: int) -> bool:  # the GPU's memory as llama.cpp uses it (sim/ggml_memory.py), as its --fit measures
+        try:
+            return memory_use(model, placed(k), w, budgets).vram_bytes <= budgets.vram_bytes
+        except PlanError:
+            return False
+    # as many layers as fit (--fit's search, assuming as it does that more layers never need less memory)
+    plan = placed(largest_feasible(len(order), fits) if ngl is None else ngl)
     check_plan(model, plan, w, budgets)
     return plan
 

@@ -103,10 +103,18 @@ class UnitShape(BaseModel):
     hidden: int = Field(description="Hidden size (activation bytes per token = 2*hidden).")
     tied_nbytes: NonNegativeInt = Field(default=0, description="Bytes shared with another unit (tied embeddings), counted once in totals.")
     launches: int = Field(description="Kernel launches per forward.")
+    max_tensor_nbytes: NonNegativeInt = Field(default=0, description="Stored bytes of the unit's largest weight "
+                                              "tensor (a routed expert's: its slice of the block's fused tensor); "
+                                              "0: not known, the whole unit.")
 
     @property
     def params(self) -> int:
         return self.matrix_params + self.small_params
+
+    @property
+    def largest_tensor_bytes(self) -> int:
+        """The bytes of its largest weight tensor, or of the whole unit where that is not known."""
+        return self.max_tensor_nbytes or self.nbytes
 
     def flops(self, batch: int, new_tokens: int, context: int) -> float:
         """FLOPs for B sequences each adding S tokens to a cache holding K tokens (K = 0 for a fresh prompt)."""
@@ -178,9 +186,12 @@ class ModelShape(BaseModel):
         return self.by_name[name]
 
 
-def make_unit(fmt: WeightFormat, *, matrix_params: int, small_params: int = 0, **kw) -> UnitShape:
-    """Build a unit, computing its stored bytes from the weight format."""
+def make_unit(fmt: WeightFormat, *, matrix_params: int, small_params: int = 0, max_tensor_params: int = 0,
+              **kw) -> UnitShape:
+    """Build a unit, computing its stored bytes (and its largest tensor's, where given) from the weight format."""
     kw.setdefault("launches", LAUNCHES[kw["kind"]])
     kw.setdefault("flop_params", matrix_params)
     nbytes = fmt.matrix_nbytes(matrix_params) + SMALL_PARAM_BYTES * small_params
-    return UnitShape(matrix_params=matrix_params, small_params=small_params, nbytes=nbytes, **kw)
+    largest = min(fmt.matrix_nbytes(max_tensor_params), nbytes) if max_tensor_params else 0
+    return UnitShape(matrix_params=matrix_params, small_params=small_params, nbytes=nbytes, max_tensor_nbytes=largest,
+                     **kw)

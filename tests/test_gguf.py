@@ -89,6 +89,10 @@ def test_two_layers_give_their_exact_bytes(tmp_path):
     assert m.total_bytes == 32768 + 39680 + 47360 + 17664
     assert m.family == "llama" and m.n_blocks == 2 and m.vocab == VOCAB and m.weight_format.name == "q8_0"
     assert by["model.layers.0"].kv_bytes_per_token == 2 * 32 * 2   # K and V, 32 values each, 16-bit cache
+    # the largest tensor each (what llama.cpp's compute buffer copies at once): layer 1's 16-bit MLP matrix, layer
+    # 0's Q8 ones, the output's Q8 17408, the embedding's 16-bit whole
+    assert by["model.layers.1"].max_tensor_nbytes == 16384 and by["model.layers.0"].max_tensor_nbytes == 8704
+    assert by["lm_head"].max_tensor_nbytes == 17408 and by["model.embed_tokens"].max_tensor_nbytes == 32768
 
 
 def test_tied_head_reuses_the_embedding_bytes(tmp_path):
@@ -123,6 +127,7 @@ def test_fused_experts_split_evenly(tmp_path):
     assert m.family == "qwen3_moe" and m.n_routed_experts == 4 and m.experts_per_token == 2
     experts = [u for u in m.units if u.kind == "expert"]
     assert len(experts) == 4 and all(u.nbytes == (8704 * 2 + 16384) // 4 == 8448 for u in experts)
+    assert all(u.max_tensor_nbytes == 16384 // 4 for u in experts)  # its slice of the largest fused tensor
     attn = next(u for u in m.units if u.kind == "attention")
     assert attn.nbytes == ATTN + 1024
 

@@ -1114,28 +1114,64 @@ def test_calibrate_peer_cli_writes_a_profile_that_simulate_uses(tmp_path, capsys
     assert "record 0" in err and "'avg_ns'" in err and "Traceback" not in err and out.read_text() == before
 
 
-def test_llamacpp_fit_reserves_a_blocks_room_and_never_copies_the_embedding():
-    """llama.cpp's --fit on a dense model: from the back, the head then blocks while they fit in the budget less the
-    KV cache, the activations and one block's room for the prefill's copies of CPU-held weights (ggml never copies
-    the embedding: its rows are looked up in place, and the head goes to the GPU first). With room for the head
-    and exactly 3 blocks besides, it places those 4 layers (-ngl 4); a byte less, 3. A prompt of 128 tokens copies
-    the CPU blocks but never the embedding: with every block on the GPU nothing is staged."""
+def test_llamacpp_fit_places_layers_in_what_its_context_reserves():
+    """llama.cpp's GPU memory (sim/ggml_memory.py) for Llama-3.1-8B's layers (hidden 4096, MLP 14336, 8 KV heads of
+    128, vocabulary 128256; 16-bit) and a request of 128 + 8 tokens: a context of 136 tokens, its KV cache padded to
+    256 cells (4096 B a token a layer: 1 MiB a GPU layer), a micro-batch of 136. The compute buffer is the larger of
+    the logits (4 x 128256 x 136 = 69,771,264 B) and the largest CPU-held tensor copied at once (an MLP matrix,
+    4096 x 14336 x 2 = 117,440,512 B, not the block), plus two FP32 hidden states (2 x 4 x 136 x 4096 = 4,456,448 B).
+    With every block on the GPU it is the logits'; with the output on the CPU (-ngl 0) the output's weight is
+    copied beside the logits; a context under 32 tokens copies nothing. --fit (the policy) places from the back
+    while that fits: with room for the output and exactly three blocks, -ngl 4; a byte less, -ngl 3."""
     from hwmodels.presets import load_machine
-    from sim.memory import activation_bytes, kv_cache_bytes, memory_use
+    from sim.memory import memory_use
     from sim.plan import Budgets, Workload
     from sim.policies import llamacpp, llamacpp_ngl
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=128, new_tokens=8)
     size = {u.kind: u.nbytes for u in LLAMA6.units}
-    need = size["lm_head"] + 4 * size["decoder"] + kv_cache_bytes(LLAMA6, w) + activation_bytes(LLAMA6, w)
+    head_matrix, mlp, logits, states = 128256 * 4096 * 2, 4096 * 14336 * 2, 4 * 128256 * 136, 2 * 4 * 136 * 4096
+    need = size["lm_head"] + 3 * (size["decoder"] + 2**20) + mlp + states
     for vram, want in ((need, 4), (need - 1, 3)):
         plan = llamacpp(LLAMA6, m, w, Budgets(vram_bytes=vram, ram_bytes=100 * 2**30, pinned_bytes=0))
         t = plan.tiers()
         gpu = [u.block for u in LLAMA6.units if u.kind == "decoder" and t[u.name].compute == "gpu"]
         assert t["lm_head"].tier == "vram" and gpu == list(range(6 - (want - 1), 6))
     b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
-    assert memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 7), w, b).slot_bytes == 0
-    assert memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 3), w, b).slot_bytes == size["decoder"]
+    every = memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 7), w, b)
+    assert every.slot_bytes == 0 and every.staging_vram_bytes == logits + states and every.kv_bytes == 6 * 2**20
+    three = memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 3), w, b)
+    assert three.slot_bytes == mlp and three.staging_vram_bytes == mlp + states and three.kv_bytes == 2 * 2**20
+    none = memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 0), w, b)
+    assert none.resident_vram_bytes == 0 and none.kv_bytes == 0
+    assert none.staging_vram_bytes == logits + head_matrix + states
+    short = Workload(batch=1, prompt_tokens=1, new_tokens=8)  # 9 tokens: no copies, the logits of 9
+    assert memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, short, b, 3), short, b).staging_vram_bytes == \
+        4 * 128256 * 9 + 2 * 4 * 9 * 4096
+
+
+def test_moe_compute_buffer_holds_one_fused_expert_tensor_and_shapes_know_their_largest_tensor():
+    """MOE_CFG's blocks: 8 experts of 3 matrices 256 x 64 (16-bit: 32,768 B each), fused by llama.cpp into one tensor
+    per matrix (8 x 32,768 = 262,144 B). With the experts of blocks 0-1 on the CPU (--n-cpu-moe 2) and a context of
+    1024 tokens (micro-batch 512), the compute buffer is the larger of the logits (4 x 1000 x 512 = 2,048,000 B)
+    and one fused tensor, plus two hidden states (2 x 4 x 512 x 256 = 1,048,576 B); the largest tensors come from
+    the config: an expert's 256 x 64, an attention's query 256 x 256, the output's 1000 x 256."""
+    from hwmodels.presets import load_machine
+    from sim.ggml_memory import ggml_compute_bytes, ggml_largest_copy
+    from sim.plan import Budgets, Workload
+    from sim.policies import llamacpp_ngl
+    shape = shape_from_config(MOE_CFG)
+    big = {u.kind: u.max_tensor_nbytes for u in shape.units}
+    assert big["expert"] == 256 * 64 * 2 and big["attention"] == 256 * 256 * 2 and big["lm_head"] == 1000 * 256 * 2
+    m = load_machine("h200-testbox")
+    w = Workload(batch=1, prompt_tokens=1000, new_tokens=24)
+    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
+    plan = llamacpp_ngl(shape, m, w, b, 5, n_cpu_moe=2)
+    assert ggml_largest_copy(shape, plan, w) == 8 * 256 * 64 * 2
+    assert ggml_compute_bytes(shape, plan, w) == 4 * 1000 * 512 + 2 * 4 * 512 * 256
+    wide = shape.model_copy(update={"units": tuple(u.model_copy(update={"max_tensor_nbytes": 2**20})
+                                                   if u.kind == "expert" else u for u in shape.units)})
+    assert ggml_compute_bytes(wide, plan, w) == 8 * 2**20 + 2 * 4 * 512 * 256
 
 
 def test_llamacpp_prefill_pays_the_pinned_split_cost_for_pinned_weights_only():

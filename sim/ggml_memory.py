@@ -1,0 +1,76 @@
+"""llama.cpp's use of GPU memory, as its context reserves it (src/llama-context.cpp, ggml-backend.cpp): the weights
+placed on the GPU, the KV cache of the layers there and one compute buffer. `sim.memory.memory_use` takes these for a
+plan that llama.cpp runs; its --fit (common/fit.cpp) measures the same three with a dry run of the context.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from sim.plan import Plan, Workload
+from sim.shapes import ATTENTION_KINDS, GGML_KV_PAD, ModelShape
+
+GGML_BATCH = 2048  # llama.cpp's default logical batch (-b) and micro-batch (-ub): common/common.h
+GGML_UBATCH = 512
+# FP32 hidden states of the micro-batch live beside the largest tensor of the reserved graph (the residual stream
+# and a normed copy; fitted to no run: llama.cpp's --fit placed what this predicts at 14 of 14 dense budgets of
+# calls AH and AI with 0 to 2 of them, docs/peers.md)
+GGML_LIVE_STATES = 2
+
+
+def ggml_context(w: Workload) -> tuple[int, int]:
+    """(KV cells, micro-batch tokens) of a llama.cpp context made for `w`: a context of the request's tokens,
+    B x (P + N), as `--export llamacpp` sets it with -c (the sequences sharing one cache, -kvu), padded to whole
+    chunks of 256 cells (llama-context.cpp: GGML_PAD(n_ctx, 256)); its micro-batch the context, at most -b and
+    -ub (llama-context.cpp: n_batch = min(n_ctx, n_batch), n_ubatch = min(n_batch, n_ubatch))."""
+    ctx = max(w.batch * (w.prompt_tokens + w.new_tokens), 1)
+    return -(-ctx // GGML_KV_PAD) * GGML_KV_PAD, min(ctx, GGML_BATCH, GGML_UBATCH)
+
+
+def _copied(model: ModelShape, plan: Plan, w: Workload) -> list:
+    """The CPU-held units whose weights a micro-batch copies to the GPU: with a micro-batch of at least the plan's
+    offload threshold (ggml-cuda.cu: ggml_backend_cuda_device_offload_op) every operator with a CPU-held weight runs
+    on the GPU, but an embedding's rows are looked up in place (GET_ROWS is never offloaded)."""
+    _, ub = ggml_context(w)
+    if not plan.gpu_offload_min_tokens or ub < plan.gpu_offload_min_tokens:
+        return []
+    t = plan.tiers()
+    return [u for u in model.units if t[u.name].compute == "cpu" and u.kind != "embedding"]
+
+
+def ggml_largest_copy(model: ModelShape, plan: Plan, w: Workload) -> int:
+    """The largest weight tensor a micro-batch copies from the CPU to the GPU (_copied): ggml's scheduler multiplies
+    each in a split of its own, whose copy the next split's reuses (ggml-backend.cpp, ggml_backend_sched_split_graph),
+    so the buffer holds one tensor at a time; a block's routed experts are one fused tensor (ffn_*_exps)."""
+    cpu = _copied(model, plan, w)
+    fused: Counter[int] = Counter()
+    for u in cpu:
+        if u.kind == "expert":
+            fused[u.block] += u.largest_tensor_bytes
+    return max([u.largest_tensor_bytes for u in cpu if u.kind != "expert"] + list(fused.values()), default=0)
+
+
+def ggml_compute_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
+    """llama.cpp's GPU compute buffer, reserved for a worst-case micro-batch of u tokens (llama-context.cpp,
+    graph_reserve): the larger of its peak at the output, the FP32 logits of the u tokens where the output runs on
+    the GPU (with the output's weight copied beside them where it is held on the CPU), and its peak at a block, the
+    largest weight copy (ggml_largest_copy); with GGML_LIVE_STATES hidden states of the u tokens. Nothing when
+    nothing runs on the GPU. ggml's allocator can leave holes beside these (best fit: llama.cpp's own projection
+    measured up to 33 MiB more, docs/peers.md)."""
+    t = plan.tiers()
+    _, ub = ggml_context(w)
+    head = [u for u in model.units if u.kind == "lm_head"]
+    copied = {u.name for u in _copied(model, plan, w)}
+    on_gpu = any(t[u.name].compute == "gpu" or u.name in copied for u in head)
+    at_head = 4 * model.vocab * ub + sum(u.largest_tensor_bytes for u in head if u.name in copied) if on_gpu else 0
+    layers = model.model_copy(update={"units": tuple(u for u in model.units if u.kind != "lm_head")})
+    peak = max(at_head, ggml_largest_copy(layers, plan, w))
+    return peak + GGML_LIVE_STATES * 4 * ub * model.hidden if peak else 0
+
+
+def ggml_kv_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
+    """The KV cache on the GPU: each layer's cache is kept with the layer (llama-kv-cache.cpp, offload_kqv), so only
+    the cells of the attention computed on the GPU."""
+    t = plan.tiers()
+    cells, _ = ggml_context(w)
+    return cells * sum(u.kv_bytes_per_token for u in model.units
+                       if u.kind in ATTENTION_KINDS and t[u.name].compute == "gpu")
