@@ -40,6 +40,7 @@ import argparse
 import dataclasses
 import json
 import re
+import shlex
 import statistics
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from hwmodels.presets import load_machine
 from hwmodels.specs import MachineSpec
 from sim.memory import PlanError, memory_use
 from sim.plan import Plan, Workload
+from sim.llamacpp_fit import fit_placement
 from sim.policies import llamacpp, llamacpp_ngl
 from sim.families import shape_from_config
 from sim.formats import parse_format
@@ -192,6 +194,26 @@ def on_cpu(plan: Plan) -> set[str]:
     return {p.unit for p in plan.placements if p.compute == "cpu"}
 
 
+FIT_RULE = re.compile(r"blk\\\.(\d+)\\\.ffn_(.*)=[^=]*$")
+FIT_OVERFLOW = {"(gate|up|gate_up|down).*": "attn", "(gate|gate_up|down).*": "up", "down.*": "gate",
+                "(up|down|gate_up|gate)_(ch|)exps": "moe"}
+
+
+def fit_layout(printed: str, n_blocks: int) -> dict | None:
+    """llama-fit-params' printed placement as sim.llamacpp_fit's layout: -ngl (n_layer), its -ot rules' blocks the
+    partial layers from the first to the output (n_part), the first rule's kind (which expert tensors it keeps on
+    the GPU: fit.cpp's get_overflow_pattern); None when it printed no -ngl."""
+    words = shlex.split(printed) if printed else []
+    if "-ngl" not in words[:-1]:
+        return None
+    rules = [m.groups() for r in (words[words.index("-ot") + 1].split(",") if "-ot" in words[:-1] else [])
+             if (m := FIT_RULE.match(r))]
+    first = min((int(b) for b, _ in rules), default=None)
+    kind = next((FIT_OVERFLOW.get(r, "?") for b, r in rules if int(b) == first), "moe")
+    return {"n_layer": int(words[words.index("-ngl") + 1]), "n_part": n_blocks + 1 - first if rules else 0,
+            "overflow": kind}
+
+
 def fit_workload(fitted: dict, default: Workload | None = None) -> Workload | None:
     """One sequence filling the context llama-fit-params was given (its printed -c): the memory it fitted for;
     `default` where it printed none."""
@@ -269,10 +291,13 @@ def fit_runs(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple
             try:
                 room = budgets(machine).model_copy(update={"vram_bytes": vram})
                 policy = llamacpp(shape, machine, fit_workload(fitted, run.workload), room)
+                _, layout = fit_placement(shape, machine, fit_workload(fitted, run.workload), room)
             except PlanError:  # the policy refuses a budget llama.cpp fitted: no prediction to compare
                 continue
             differs = len(on_cpu(policy) ^ on_cpu(plan))  # units one computes on the CPU and the other not
-            out.append(("fit_policy", dict(rec, fit_budget_bytes=vram, policy_differs=differs),
+            printed = fit_layout(fitted.get("printed", ""), shape.n_blocks)
+            out.append(("fit_policy", dict(rec, fit_budget_bytes=vram, policy_differs=differs, layout=layout,
+                                           layout_same=None if printed is None else printed == layout),
                         dataclasses.replace(run, label=f"{label}, the llamacpp policy's placement", plan=policy)))
     return out
 
@@ -475,7 +500,7 @@ def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, apart: 
                          "spread_routing": shape.is_moe and e.get("embed_scale", 1.0) > 1,
                          "pinned": not mapped_of(rec.get("args") or [], rec),
                          "kv_per_sequence": rec.get("kv_per_sequence", False),
-                         "policy_differs": rec.get("policy_differs"),
+                         "policy_differs": rec.get("policy_differs"), "layout_same": rec.get("layout_same"),
                          "cpu_units": sum(p.compute == "cpu" for p in run.plan.placements),
                          "predicted_s": pred, "measured_s": meas, "error_pct": 100 * (pred / meas - 1),
                          "stddev_pct": 100 * rec["stddev_ns"] / rec["avg_ns"]})
@@ -581,6 +606,7 @@ def summarise(rows: list[dict], fitted_archs: set[str] = frozenset(), slow_hosts
         out["fit placements the llamacpp policy chose alike"] = {  # refuses (no fit_policy row)
             "runs": len(fits), "same": sum(r["policy_differs"] == 0 for r in fits),
             "units_apart": [r["policy_differs"] for r in fits],
+            "layouts_alike": sum(bool(r.get("layout_same")) for r in fits),
             "refused": sum(r["kind"] in ("fit", "fit_partial") for r in held) - len(fits)}
     for kind in ("exported_ot", "threads"):  # not priced as run: the -ot form's KV on the GPU, other thread counts
         out[f"tg {kind} (not priced as run)"] = stats([r for r in held if r["kind"] == kind

@@ -12,8 +12,8 @@ from sim.shapes import ATTENTION_KINDS, GGML_KV_PAD, ModelShape
 GGML_BATCH = 2048  # llama.cpp's default logical batch (-b) and micro-batch (-ub): common/common.h
 GGML_UBATCH = 512
 # FP32 hidden states of the micro-batch live beside the largest tensor of the reserved graph (the residual stream
-# and a normed copy; fitted to no run: llama.cpp's --fit placed what this predicts at 14 of 14 dense budgets of
-# calls AH and AI with 0 to 2 of them, docs/peers.md)
+# and a normed copy; not fitted: llama.cpp's --fit placed what this predicts at 14 of 14 dense budgets of calls AH
+# and AI with 0 to 2 of them, docs/peers.md)
 GGML_LIVE_STATES = 2
 
 
@@ -49,21 +49,56 @@ def ggml_largest_copy(model: ModelShape, plan: Plan, w: Workload) -> int:
     return max([u.largest_tensor_bytes for u in cpu if u.kind != "expert"] + list(fused.values()), default=0)
 
 
+def _attention_matrix(model: ModelShape, u) -> int:
+    """The bytes of the largest attention matrix of a unit: its query's or its output's (hidden x the heads' width,
+    attention FLOPs per context token / 4) for a dense decoder, the unit's largest tensor for an MoE's attention."""
+    if u.kind == "decoder" and u.attn_flops_per_ctx_token:
+        return min(model.weight_format.matrix_nbytes(u.hidden * u.attn_flops_per_ctx_token // 4),
+                   u.largest_tensor_bytes)
+    return u.largest_tensor_bytes if u.kind == "attention" else 0
+
+
+def ggml_block_peak(model: ModelShape, plan: Plan, w: Workload) -> int:
+    """The compute buffer's peak at a block with CPU-held weights (_copied): its attention's largest matrix copied
+    first, then its feed-forward's largest (a block's routed experts one fused tensor, with their FP32 gate and up
+    outputs, 2 x k x u x width x 4 B). ggml's allocator fits each copy in the smallest free block (ggml-alloc.c,
+    best fit), and the attention's copy is freed below hidden states still live, so a larger feed-forward copy goes
+    above that hole: the two add up (llama.cpp's own projections, calls AJ and AK: Llama-12B's and Phi-3-mini's
+    blocks 50 and 22 MiB above the feed-forward copy alone, their query matrices' 50 and 18 MiB)."""
+    _, ub = ggml_context(w)
+    attention: Counter[int] = Counter()
+    ffn: Counter[int] = Counter()
+    for u in _copied(model, plan, w):
+        if u.kind == "lm_head":
+            continue
+        if u.kind == "expert":
+            width = u.matrix_params // (3 * u.hidden) if u.hidden else 0
+            ffn[u.block] += u.largest_tensor_bytes + 2 * 4 * ub * width * model.experts_per_token // max(
+                model.n_routed_experts, 1)
+        elif u.kind == "decoder":
+            attention[u.block] = max(attention[u.block], _attention_matrix(model, u))
+            ffn[u.block] = max(ffn[u.block], u.largest_tensor_bytes)
+        elif u.kind == "attention":
+            attention[u.block] = max(attention[u.block], _attention_matrix(model, u))
+        else:  # a shared expert, a norm: one tensor at a time
+            ffn[u.block] = max(ffn[u.block], u.largest_tensor_bytes)
+    return max((ffn[b] + attention[b] if ffn[b] > attention[b] else attention[b]
+                for b in set(ffn) | set(attention)), default=0)
+
+
 def ggml_compute_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
     """llama.cpp's GPU compute buffer, reserved for a worst-case micro-batch of u tokens (llama-context.cpp,
     graph_reserve): the larger of its peak at the output, the FP32 logits of the u tokens where the output runs on
-    the GPU (with the output's weight copied beside them where it is held on the CPU), and its peak at a block, the
-    largest weight copy (ggml_largest_copy); with GGML_LIVE_STATES hidden states of the u tokens. Nothing when
-    nothing runs on the GPU. ggml's allocator can leave holes beside these (best fit: llama.cpp's own projection
-    measured up to 33 MiB more, docs/peers.md)."""
+    the GPU (with the output's weight copied beside them where it is held on the CPU), and its peak at a block
+    (ggml_block_peak); with GGML_LIVE_STATES hidden states of the u tokens. Nothing when nothing runs on the GPU.
+    Measured against llama.cpp's own projections in docs/peers.md (twentieth session)."""
     t = plan.tiers()
     _, ub = ggml_context(w)
     head = [u for u in model.units if u.kind == "lm_head"]
     copied = {u.name for u in _copied(model, plan, w)}
     on_gpu = any(t[u.name].compute == "gpu" or u.name in copied for u in head)
     at_head = 4 * model.vocab * ub + sum(u.largest_tensor_bytes for u in head if u.name in copied) if on_gpu else 0
-    layers = model.model_copy(update={"units": tuple(u for u in model.units if u.kind != "lm_head")})
-    peak = max(at_head, ggml_largest_copy(layers, plan, w))
+    peak = max(at_head, ggml_block_peak(model, plan, w))
     return peak + GGML_LIVE_STATES * 4 * ub * model.hidden if peak else 0
 
 

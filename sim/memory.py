@@ -106,8 +106,10 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     if m.vram_bytes > budgets.vram_bytes and plan.engine == "llamacpp":
         raise PlanError(f"vram: llama.cpp needs {_gib(m.vram_bytes)} of GPU memory for this placement but the budget "
                         f"is {_gib(budgets.vram_bytes)}: weights {_gib(m.resident_vram_bytes)} + KV cache of its GPU "
-                        f"layers {_gib(m.kv_bytes)} + compute buffer {_gib(m.staging_vram_bytes)}; raise --vram or "
-                        "keep fewer layers on the GPU.")
+                        f"layers {_gib(m.kv_bytes)} + compute buffer {_gib(m.staging_vram_bytes)}; " +
+                        ("raise --vram or keep fewer layers on the GPU." if m.resident_vram_bytes else
+                         "raise --vram: for steps of 32 tokens or more its compute buffer holds a copy of the "
+                         "largest CPU-held weight beside the logits."))
     if m.vram_bytes > budgets.vram_bytes:
         raise PlanError(f"vram: the plan needs {_gib(m.vram_bytes)} but the budget is {_gib(budgets.vram_bytes)}: "
                         f"resident weights {_gib(m.resident_vram_bytes)} + {plan.vram_slots} staging slots "

@@ -141,30 +141,17 @@ def accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, budgets
 
 @register("llamacpp")
 def llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
-    """llama.cpp as its --fit (on by default) places a model. Dense: -ngl N, the output head and the last N-1 blocks
-    on the GPU (src/llama-model.cpp: i_gpu_start = n_layer + 1 - N, and the output is layer n_layer), as many as
-    fit; the rest computed on the CPU from the memory-mapped model file (llama.cpp's default: pageable page-cache
-    pages, or the disk when RAM is short); the token embedding always on the CPU; steps of >= 32 tokens copy CPU
-    weights to the GPU. MoE (common/fit.cpp): every routed expert in system memory first and the rest of as many
-    layers as fit from the back; when all of that fits, the routed experts of the first blocks join it on the GPU
-    while they fit, the last blocks' staying on the CPU (its partial layer left out)."""
-    if not model.is_moe:
-        return llamacpp_ngl(model, machine, w, budgets, None)
-    n = model.n_blocks
-    dense = llamacpp_ngl(model, machine, w, budgets, None, n_cpu_moe=n)
-    if any(p.compute == "cpu" for p in dense.placements if model.unit(p.unit).kind not in ("embedding", "expert")):
-        return dense
-
-    made = {0: dense}
-
-    def with_gpu_experts(k: int) -> Plan | None:  # the experts of blocks 0..k-1 on the GPU
-        if k not in made:
-            try:
-                made[k] = llamacpp_ngl(model, machine, w, budgets, n + 1, cpu_expert_blocks=range(k, n))
-            except PlanError:
-                made[k] = None
-        return made[k]
-    return made[largest_feasible(n, lambda k: with_gpu_experts(k) is not None)]
+    """llama.cpp as its --fit (on by default) places a model (sim/llamacpp_fit.py, a port of common/fit.cpp over
+    llama.cpp's use of GPU memory, sim/ggml_memory.py). Dense: -ngl N, the output head and the last N-1 blocks on
+    the GPU (src/llama-model.cpp: i_gpu_start = n_layer + 1 - N, and the output is layer n_layer), as many as fit;
+    the rest computed on the CPU from the memory-mapped model file (llama.cpp's default: pageable page-cache pages,
+    or the disk when RAM is short); the token embedding always on the CPU; steps of >= 32 tokens copy CPU weights
+    to the GPU. MoE: layers with their routed experts in system memory first, then, where every layer fits so,
+    layers made whole from the front. Raises PlanError when even that does not fit the budgets."""
+    from sim.llamacpp_fit import fit_placement
+    plan, _ = fit_placement(model, machine, w, budgets)
+    check_plan(model, plan, w, budgets)
+    return plan
 
 
 def llamacpp_ngl(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, ngl: int | None,

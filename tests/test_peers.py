@@ -962,10 +962,12 @@ def test_llamacpp_export_pins_all_or_nothing_polls_between_gpu_blocks_and_the_ha
 
 
 def test_llamacpp_policy_fits_an_moe_as_its_fit_does():
-    """llama.cpp's --fit (common/fit.cpp) on an MoE: every routed expert in system memory first; where the rest of
-    every layer fits, the experts of the first blocks join it on the GPU while they fit and the last blocks' stay on
-    the CPU; where it does not, the rest of as many layers as fit, from the back, with every expert on the CPU.
-    Mixtral-8x7B on the H200: 2 GiB holds some of its 32 attention units (80 MiB each) but not all of them."""
+    """llama.cpp's --fit (common/fit.cpp) on an MoE: layers from the back with their routed experts in system memory,
+    except the first GPU block's (fit.cpp counts the output among the partial layers, so one block stays whole: its
+    trace measured so in calls AJ and AK); where every layer fits with every expert on the CPU, the experts of the
+    first blocks join them while they fit and the last blocks' stay on the CPU. Mixtral-8x7B on the H200: one
+    block's experts are 8 x 3 x 4096 x 14336 x 2 B = 2.82 GB, more than 2 GiB, so at 2 GiB no block fits beside the
+    output (-ngl 1), though some of its 32 attention units (80 MiB each) would; at 40 GiB every attention does."""
     from hwmodels.presets import load_machine
     from sim.models import load_model
     m = load_machine("h200-testbox")
@@ -977,8 +979,8 @@ def test_llamacpp_policy_fits_an_moe_as_its_fit_does():
         gpu_experts = sorted({u.block for u in shape.units if u.kind == "expert" and t[u.name].compute == "gpu"})
         cpu_attention = [u.block for u in shape.units if u.kind == "attention" and t[u.name].compute == "cpu"]
         if gib == 2:
-            assert gpu_experts == [] and 0 < len(cpu_attention) < shape.n_blocks
-            assert cpu_attention == list(range(len(cpu_attention)))  # the first ones: the GPU's fill from the back
+            assert gpu_experts == [] and len(cpu_attention) == shape.n_blocks and t["lm_head"].tier == "vram"
+            llamacpp_ngl(shape, m, w, b, 2, n_cpu_moe=shape.n_blocks)  # the last block's attention alone would fit
         else:
             k = len(gpu_experts)
             assert cpu_attention == [] and gpu_experts == list(range(k)) and 0 < k < shape.n_blocks
@@ -1118,8 +1120,9 @@ def test_llamacpp_fit_places_layers_in_what_its_context_reserves():
     """llama.cpp's GPU memory (sim/ggml_memory.py) for Llama-3.1-8B's layers (hidden 4096, MLP 14336, 8 KV heads of
     128, vocabulary 128256; 16-bit) and a request of 128 + 8 tokens: a context of 136 tokens, its KV cache padded to
     256 cells (4096 B a token a layer: 1 MiB a GPU layer), a micro-batch of 136. The compute buffer is the larger of
-    the logits (4 x 128256 x 136 = 69,771,264 B) and the largest CPU-held tensor copied at once (an MLP matrix,
-    4096 x 14336 x 2 = 117,440,512 B, not the block), plus two FP32 hidden states (2 x 4 x 136 x 4096 = 4,456,448 B).
+    the logits (4 x 128256 x 136 = 69,771,264 B) and a CPU block's peak: its query matrix's copy (4096 x 4096 x 2 =
+    33,554,432 B), left as a hole below live states, and above it its MLP matrix's (4096 x 14336 x 2 = 117,440,512
+    B; not the whole block), plus two FP32 hidden states (2 x 4 x 136 x 4096 = 4,456,448 B).
     With every block on the GPU it is the logits'; with the output on the CPU (-ngl 0) the output's weight is
     copied beside the logits; a context under 32 tokens copies nothing. --fit (the policy) places from the back
     while that fits: with room for the output and exactly three blocks, -ngl 4; a byte less, -ngl 3."""
@@ -1131,7 +1134,8 @@ def test_llamacpp_fit_places_layers_in_what_its_context_reserves():
     w = Workload(batch=1, prompt_tokens=128, new_tokens=8)
     size = {u.kind: u.nbytes for u in LLAMA6.units}
     head_matrix, mlp, logits, states = 128256 * 4096 * 2, 4096 * 14336 * 2, 4 * 128256 * 136, 2 * 4 * 136 * 4096
-    need = size["lm_head"] + 3 * (size["decoder"] + 2**20) + mlp + states
+    query = 4096 * 4096 * 2
+    need = size["lm_head"] + 3 * (size["decoder"] + 2**20) + query + mlp + states
     for vram, want in ((need, 4), (need - 1, 3)):
         plan = llamacpp(LLAMA6, m, w, Budgets(vram_bytes=vram, ram_bytes=100 * 2**30, pinned_bytes=0))
         t = plan.tiers()
@@ -1141,7 +1145,7 @@ def test_llamacpp_fit_places_layers_in_what_its_context_reserves():
     every = memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 7), w, b)
     assert every.slot_bytes == 0 and every.staging_vram_bytes == logits + states and every.kv_bytes == 6 * 2**20
     three = memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 3), w, b)
-    assert three.slot_bytes == mlp and three.staging_vram_bytes == mlp + states and three.kv_bytes == 2 * 2**20
+    assert three.slot_bytes == mlp and three.staging_vram_bytes == query + mlp + states and three.kv_bytes == 2 * 2**20
     none = memory_use(LLAMA6, llamacpp_ngl(LLAMA6, m, w, b, 0), w, b)
     assert none.resident_vram_bytes == 0 and none.kv_bytes == 0
     assert none.staging_vram_bytes == logits + head_matrix + states
@@ -1150,12 +1154,30 @@ def test_llamacpp_fit_places_layers_in_what_its_context_reserves():
         4 * 128256 * 9 + 2 * 4 * 9 * 4096
 
 
+def test_plan_engine_llamacpp_names_the_compute_buffer_when_even_ngl_0_does_not_fit():
+    """-ngl 0 of LLAMA6 with a 128-token prompt: the output's matrix (128256 x 4096 x 2 = 1,050,673,152 B) is copied
+    to the GPU beside the logits (69,771,264 B) and two hidden states (4,456,448 B): 1.05 GiB. A 0.5 GiB budget is
+    refused in one sentence naming the compute buffer; 1.5 GiB runs it."""
+    from hwmodels.presets import load_machine
+    from planner.engines import plan_for_engine
+    from sim.plan import Budgets, Workload
+    m = load_machine("h200-testbox")
+    w = Workload(batch=1, prompt_tokens=128, new_tokens=8)
+    rep = plan_for_engine("llamacpp", LLAMA6, m, w, Budgets(vram_bytes=2**29, ram_bytes=100 * 2**30, pinned_bytes=0))
+    assert rep.plan is None and "compute buffer 1.05 GiB" in rep.reason and "raise --vram" in rep.reason
+    assert rep.reason.endswith(".") and ". " not in rep.reason  # one sentence
+    ok = plan_for_engine("llamacpp", LLAMA6, m, w, Budgets(vram_bytes=3 * 2**29, ram_bytes=100 * 2**30,
+                                                           pinned_bytes=0))
+    assert ok.plan is not None
+
+
 def test_moe_compute_buffer_holds_one_fused_expert_tensor_and_shapes_know_their_largest_tensor():
     """MOE_CFG's blocks: 8 experts of 3 matrices 256 x 64 (16-bit: 32,768 B each), fused by llama.cpp into one tensor
     per matrix (8 x 32,768 = 262,144 B). With the experts of blocks 0-1 on the CPU (--n-cpu-moe 2) and a context of
     1024 tokens (micro-batch 512), the compute buffer is the larger of the logits (4 x 1000 x 512 = 2,048,000 B)
-    and one fused tensor, plus two hidden states (2 x 4 x 512 x 256 = 1,048,576 B); the largest tensors come from
-    the config: an expert's 256 x 64, an attention's query 256 x 256, the output's 1000 x 256."""
+    and one fused tensor with the experts' FP32 gate and up outputs (2 x 4 x 512 x 2 experts x 64 = 524,288 B),
+    plus two hidden states (2 x 4 x 512 x 256 = 1,048,576 B); the largest tensors come from the config: an expert's
+    256 x 64, an attention's query 256 x 256, the output's 1000 x 256."""
     from hwmodels.presets import load_machine
     from sim.ggml_memory import ggml_compute_bytes, ggml_largest_copy
     from sim.plan import Budgets, Workload
@@ -1171,7 +1193,7 @@ def test_moe_compute_buffer_holds_one_fused_expert_tensor_and_shapes_know_their_
     assert ggml_compute_bytes(shape, plan, w) == 4 * 1000 * 512 + 2 * 4 * 512 * 256
     wide = shape.model_copy(update={"units": tuple(u.model_copy(update={"max_tensor_nbytes": 2**20})
                                                    if u.kind == "expert" else u for u in shape.units)})
-    assert ggml_compute_bytes(wide, plan, w) == 8 * 2**20 + 2 * 4 * 512 * 256
+    assert ggml_compute_bytes(wide, plan, w) == 8 * 2**20 + 2 * 4 * 512 * 2 * 64 + 2 * 4 * 512 * 256
 
 
 def test_llamacpp_prefill_pays_the_pinned_split_cost_for_pinned_weights_only():
@@ -1346,3 +1368,42 @@ def test_llamacpp_prompt_step_pays_its_own_split_cost_and_decode_steps_the_fitte
     assert sim(many, gpu_offload_split_prompt_s=1e-3)["time_per_token_s"] == pytest.approx(
         sim(many, gpu_offload_split_prompt_s=0.0)["time_per_token_s"], rel=1e-12)
     assert sim(many, gpu_offload_split_s=2e-3)["time_per_token_s"] > sim(many)["time_per_token_s"]
+
+
+@pytest.mark.parametrize("arch, layers, mib, printed", [
+    # llama-fit-params' printed placements at budgets of call AK (docs/peers/llamacpp-ak.json: its free memory less
+    # the margin, -c 160): the Mixtral-like shape's output alone at 2946 MiB (every layer with its experts on the
+    # CPU fitted, but fit.cpp's layouts keep the first GPU block whole), then partial layers with the first one's
+    # ffn_down (GATE) or ffn_gate and ffn_down (UP) on the CPU; a dense shape's -ngl
+    ("moe-8x2", 4, 2946, {"n_layer": 1, "n_part": 0, "overflow": "moe"}),
+    ("moe-8x2", 4, 4682, {"n_layer": 5, "n_part": 4, "overflow": "attn"}),
+    ("moe-8x2", 4, 6418, {"n_layer": 5, "n_part": 4, "overflow": "gate"}),
+    ("moe-8x2", 4, 8154, {"n_layer": 5, "n_part": 3, "overflow": "up"}),
+    ("moe-60x4", 8, 5096, {"n_layer": 9, "n_part": 6, "overflow": "gate"}),
+    ("qwen3-4b", 20, 2452, {"n_layer": 10, "n_part": 0, "overflow": "moe"}),
+])
+def test_fit_port_places_what_llama_fit_params_printed(arch, layers, mib, printed):
+    from benchmarks.archs import ARCHS
+    from hwmodels.presets import load_machine
+    from sim.formats import parse_format
+    from sim.llamacpp_fit import fit_placement
+    from validate.checkpoint import make_config
+    preset, over = ARCHS[arch]
+    shape = shape_from_config(make_config(preset, **dict(over, num_hidden_layers=layers)), parse_format("fp16"))
+    w = Workload(batch=1, prompt_tokens=159, new_tokens=1)
+    b = Budgets(vram_bytes=mib * 2**20, ram_bytes=100 * 2**30, pinned_bytes=0)
+    plan, layout = fit_placement(shape, load_machine("h200-testbox"), w, b)
+    assert layout == printed
+    t = plan.tiers()
+    partial = set(range(shape.n_blocks + 1 - printed["n_part"], shape.n_blocks)) if printed["n_part"] else set()
+    assert {u.block for u in shape.units if u.kind == "expert" and t[u.name].compute == "cpu"} == \
+        (partial if printed["n_layer"] == shape.n_blocks + 1 else set(range(shape.n_blocks)) if shape.is_moe else set())
+
+
+def test_fit_step_is_fit_cpps_integer_false_position():
+    """delta x (target - low) / (high - low), truncated, clamped to 1..delta-1; negative wraps as uint32 does."""
+    from sim.llamacpp_fit import _step
+    assert _step(5, 100, 0, 200) == 2          # 500 / 200 = 2.5 -> 2
+    assert _step(5, 190, 0, 200) == 4          # 4.75 -> 4, at most delta - 1
+    assert _step(5, 10, 0, 200) == 1           # 0.25 -> 0 -> at least 1
+    assert _step(5, -1000, 0, 200) == 4        # -25 wraps to 2**32 - 25 -> delta - 1
