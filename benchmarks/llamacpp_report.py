@@ -25,9 +25,10 @@ host is also calibrated apart: one factor on llama.cpp's CPU speeds fitted on it
 most weights on the CPU (host_scales, what `offloadsim calibrate-peer` does with a user's llama-bench output),
 every other run held out ("one calibration run
 per call"). llama.cpp's own --fit placements (h200_llamacpp.py --fit-shares) are priced as placed and as the
-`llamacpp` policy places the model at the budget llama.cpp fitted.
+`llamacpp` policy places the model at the budget llama.cpp fitted (its layout compared with the one printed), and
+llama-fit-params' own projection of its GPU memory for each placement it tried against sim.memory.memory_use's.
 Run (docs/peers): python ../../benchmarks/llamacpp_report.py \
-     llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z,aa,ab,ac,ad,ae,af,ag,ah,ai}.json \
+     llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z,aa,ab,ac,ad,ae,af,ag,ah,ai,aj,ak,al}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
      --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b --fit llamacpp-z.json:llama-1b \
