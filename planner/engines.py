@@ -119,7 +119,8 @@ def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
     them; faster when a step it ranks by multiplies them on the GPU). In each family the feasible values form a
     prefix of how much is on the GPU (more needs more VRAM): the largest is found by bisection, the values scanned
     coarsely, then around the family's best with a halving step, then its neighbours. Ties go to fewer bytes
-    computed on the CPU, then to the mapped file."""
+    computed on the CPU, then to the mapped file. llama.cpp's own --fit placement is a candidate too (its partial
+    layers keep the experts of blocks other than the first ones on the CPU)."""
     if model.family not in LLAMACPP_FAMILIES:
         raise PlanError(f"llama.cpp cannot run a {model.family!r} model; plan for accelerate or offloadsim instead")
     n = model.n_blocks
@@ -176,6 +177,12 @@ def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
         b = best()
         score(b - 1), score(b + 1)
     fastest = min(t for t, _ in times.values())
+    try:  # llama.cpp's own placement (--fit, sim/llamacpp_fit.py): its partial layers are in neither family
+        fit = POLICIES["llamacpp"](model, machine, w, budgets)
+        if _score(_simulate(model, machine, fit, _ranking(w), budgets), w, objective) < fastest * (1 - 1e-9):
+            return fit.model_copy(update={"policy": "llamacpp-planned (the placement of its own --fit)"})
+    except PlanError:
+        pass
     ties = [k for k in times if times[k][0] <= fastest * (1 + 1e-9)]  # equal up to the sums' rounding
     ngl, ncmoe, mapped = min(ties, key=lambda k: (times[k][1], not k[2]))
     return plan_at(ngl, ncmoe, mapped).model_copy(update={

@@ -1407,3 +1407,23 @@ def test_fit_step_is_fit_cpps_integer_false_position():
     assert _step(5, 190, 0, 200) == 4          # 4.75 -> 4, at most delta - 1
     assert _step(5, 10, 0, 200) == 1           # 0.25 -> 0 -> at least 1
     assert _step(5, -1000, 0, 200) == 4        # -25 wraps to 2**32 - 25 -> delta - 1
+
+
+def test_plan_engine_llamacpp_is_never_slower_than_llamas_own_fit():
+    """Mixtral-8x7B at 6 GiB: llama.cpp's --fit keeps the experts of one block on the GPU and the later blocks' on the
+    CPU (sim/llamacpp_fit.py), a placement neither -ngl nor --n-cpu-moe makes; `plan --engine llamacpp` takes it
+    where it is faster (4 new tokens: the ranking is the request), and is never slower than it at 6 and 12 GiB."""
+    from hwmodels.presets import load_machine
+    from planner.engines import plan_for_engine
+    from sim.models import load_model
+    from sim.simulate import fast_simulate
+    m = load_machine("h200-testbox")
+    shape = load_model("mixtral-8x7b")
+    w = Workload(batch=1, prompt_tokens=128, new_tokens=4)
+    for gib in (6, 12):
+        b = Budgets.of(m, vram=gib * 2**30)
+        rep = plan_for_engine("llamacpp", shape, m, w, b)
+        fit = fast_simulate(shape, m, POLICIES["llamacpp"](shape, m, w, b), w, b)["time_per_token_s"]
+        assert rep.time_per_token_s <= fit * (1 + 1e-9)
+        if gib == 6:
+            assert "its own --fit" in rep.plan.policy
