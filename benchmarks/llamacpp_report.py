@@ -48,10 +48,10 @@ from pathlib import Path
 from benchmarks.archs import ARCHS
 from hwmodels.presets import load_machine
 from hwmodels.specs import MachineSpec
-from sim.memory import PlanError, memory_use
+from sim.memory import PlanError, check_plan, memory_use
 from sim.plan import Plan, Workload
 from sim.llamacpp_fit import fit_placement
-from sim.policies import llamacpp, llamacpp_ngl
+from sim.policies import llamacpp_ngl
 from sim.families import shape_from_config
 from sim.formats import parse_format
 from sim.shapes import ATTENTION_KINDS, ModelShape
@@ -227,7 +227,8 @@ def fit_workload(fitted: dict, default: Workload | None = None) -> Workload | No
 def with_tensor_sizes(entry: dict, shape: ModelShape) -> ModelShape:
     """A shape recorded before units carried their largest tensor, given those of its architecture's config
     (benchmarks/archs.py; the GGUF's matrices are 16-bit), so llama.cpp's compute buffer is priced as for a new run."""
-    if any(u.max_tensor_nbytes for u in shape.units) or entry["arch"] not in ARCHS:
+    if any(u.max_tensor_nbytes for u in shape.units) or entry["arch"] not in ARCHS or \
+            round(shape.weight_format.bits_per_weight) != 16:  # 16-bit matrices (f16 files: 16.0005-16.0013)
         return shape
     preset, over = ARCHS[entry["arch"]]
     ref = shape_from_config(make_config(preset, **dict(over, num_hidden_layers=entry["layers"])),
@@ -260,9 +261,9 @@ def fit_memory(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[dic
             seen.add((ngl, part))
             plan = llamacpp_ngl(shape, machine, w, budgets(machine), ngl,
                                 cpu_expert_blocks=range(shape.n_blocks - max(part - 1, 0), shape.n_blocks))
-            mem = memory_use(shape, plan, w, budgets(machine)).vram_bytes / 2**20
+            mem = memory_use(shape, plan, w, budgets(machine)).vram_bytes // 2**20  # whole MiB, as llama.cpp's
             out.append({"arch": entry["arch"], "file": entry.get("file"), "ngl": ngl, "n_part": part,
-                        "llamacpp_mib": mib, "predicted_mib": round(mem, 1), "diff_mib": round(mem - mib, 1)})
+                        "llamacpp_mib": mib, "predicted_mib": mem, "diff_mib": mem - mib})
     return out
 
 
@@ -291,8 +292,9 @@ def fit_runs(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple
                         dataclasses.replace(run, label=f"{label}, as placed", plan=plan)))
             try:
                 room = budgets(machine).model_copy(update={"vram_bytes": vram})
-                policy = llamacpp(shape, machine, fit_workload(fitted, run.workload), room)
-                _, layout = fit_placement(shape, machine, fit_workload(fitted, run.workload), room)
+                fit_w = fit_workload(fitted, run.workload)
+                policy, layout = fit_placement(shape, machine, fit_w, room)  # the llamacpp policy's placement
+                check_plan(shape, policy, fit_w, room)
             except PlanError:  # the policy refuses a budget llama.cpp fitted: no prediction to compare
                 continue
             differs = len(on_cpu(policy) ^ on_cpu(plan))  # units one computes on the CPU and the other not

@@ -136,9 +136,10 @@ def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
     if plan_at(0, 0) is None:  # why even -ngl 0 does not fit (its compute buffer, or the RAM), in one sentence
         try:
             llamacpp_ngl(model, machine, w, budgets, 0)
+            why = "raise --ram or --vram"
         except PlanError as exc:
-            raise PlanError(f"llama.cpp cannot run this model at these budgets even with no layer on the GPU: {exc}") \
-                from None
+            why = str(exc)
+        raise PlanError(f"llama.cpp cannot run this model at these budgets even with no layer on the GPU: {why}")
     times: dict[tuple[int, int, bool], tuple[float, int]] = {}  # (ngl, ncmoe, mapped) -> (time, CPU bytes)
     # pinned weights change only the copies of a step ggml offloads (OFFLOAD_MIN_TOKENS or more tokens): the prompt
     # when the request's total counts, the decode steps when they carry that many sequences

@@ -54,7 +54,9 @@ def fit_placement(model: ModelShape, machine: MachineSpec, w: Workload, budgets:
                 m = memory_use(model, plan_of(layers, part, cpu_blocks), w, roomy).vram_bytes
             except PlanError:
                 m = 2**62
-            first = n + 1 - layers + layers - part  # the first partial layer's block, if it is one
+            first = n + 1 - part  # the first partial layer's block, if it is one
+            # what it keeps, in thirds of its routed experts (equal tensors: a Q4_K_M file's ffn_down is larger);
+            # fit.cpp's patterns also move its router and shared expert, which this leaves on the GPU
             if overflow in ("up", "gate") and first < n:
                 experts = sum(u.nbytes for u in model.units if u.kind == "expert" and u.block == first)
                 m += experts * KEPT_THIRDS[overflow] // 3

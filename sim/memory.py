@@ -108,8 +108,8 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
                         f"is {_gib(budgets.vram_bytes)}: weights {_gib(m.resident_vram_bytes)} + KV cache of its GPU "
                         f"layers {_gib(m.kv_bytes)} + compute buffer {_gib(m.staging_vram_bytes)}; " +
                         ("raise --vram or keep fewer layers on the GPU." if m.resident_vram_bytes else
-                         "raise --vram: for steps of 32 tokens or more its compute buffer holds a copy of the "
-                         "largest CPU-held weight beside the logits."))
+                         f"raise --vram: for steps of {plan.gpu_offload_min_tokens} tokens or more its compute "
+                         "buffer holds a copy of the largest CPU-held weight beside the logits."))
     if m.vram_bytes > budgets.vram_bytes:
         raise PlanError(f"vram: the plan needs {_gib(m.vram_bytes)} but the budget is {_gib(budgets.vram_bytes)}: "
                         f"resident weights {_gib(m.resident_vram_bytes)} + {plan.vram_slots} staging slots "
