@@ -1429,5 +1429,14 @@ def test_plan_engine_llamacpp_is_never_slower_than_llamas_own_fit():
         rep = plan_for_engine("llamacpp", shape, m, w, b)
         fit = fast_simulate(shape, m, POLICIES["llamacpp"](shape, m, w, b), w, b)["time_per_token_s"]
         assert rep.time_per_token_s <= fit * (1 + 1e-9)
-        if gib == 6:
+        if gib == 6:  # faster than every -ngl N and every -ngl all --n-cpu-moe N placement, tried one by one
             assert "its own --fit" in rep.plan.policy
+            families = []
+            for ngl, ncmoe in [(k, 0) for k in range(shape.n_blocks + 2)] + [(shape.n_blocks + 1, k)
+                                                                             for k in range(shape.n_blocks + 1)]:
+                try:
+                    plan = llamacpp_ngl(shape, m, w, b, ngl, ncmoe)
+                except PlanError:
+                    continue
+                families.append(fast_simulate(shape, m, plan, w, b)["time_per_token_s"])
+            assert families and rep.time_per_token_s < min(families)
