@@ -125,21 +125,18 @@ def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
         raise PlanError(f"llama.cpp cannot run a {model.family!r} model; plan for accelerate or offloadsim instead")
     n = model.n_blocks
     made: dict[tuple[int, int, bool], Plan | None] = {}
+    why: dict[tuple[int, int, bool], str] = {}  # the reason a placement does not fit
 
     def plan_at(ngl: int, ncmoe: int, mapped: bool = True) -> Plan | None:
         if (ngl, ncmoe, mapped) not in made:
             try:
                 made[ngl, ncmoe, mapped] = llamacpp_ngl(model, machine, w, budgets, ngl, ncmoe, mapped)
-            except PlanError:
-                made[ngl, ncmoe, mapped] = None
+            except PlanError as exc:
+                made[ngl, ncmoe, mapped], why[ngl, ncmoe, mapped] = None, str(exc)
         return made[ngl, ncmoe, mapped]
     if plan_at(0, 0) is None:  # why even -ngl 0 does not fit (its compute buffer, or the RAM), in one sentence
-        try:
-            llamacpp_ngl(model, machine, w, budgets, 0)
-            why = "raise --ram or --vram"
-        except PlanError as exc:
-            why = str(exc)
-        raise PlanError(f"llama.cpp cannot run this model at these budgets even with no layer on the GPU: {why}")
+        raise PlanError("llama.cpp cannot run this model at these budgets even with no layer on the GPU: "
+                        f"{why[0, 0, True]}")
     times: dict[tuple[int, int, bool], tuple[float, int]] = {}  # (ngl, ncmoe, mapped) -> (time, CPU bytes)
     # pinned weights change only the copies of a step ggml offloads (OFFLOAD_MIN_TOKENS or more tokens): the prompt
     # when the request's total counts, the decode steps when they carry that many sequences

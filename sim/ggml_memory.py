@@ -98,9 +98,10 @@ def ggml_block_peak(model: ModelShape, plan: Plan, w: Workload) -> int:
                 ffn[u.block] = max(ffn[u.block], u.largest_tensor_bytes)
         else:  # a shared expert, a norm: one tensor at a time
             ffn[u.block] = max(ffn[u.block], u.largest_tensor_bytes)
-    peaks = [max(ffn[b], fused[b]) for b in set(ffn) | set(fused) | set(attention)]
-    return max([p + attention[b] if p > attention[b] else attention[b]
-                for b, p in zip(set(ffn) | set(fused) | set(attention), peaks)] + list(states.values()), default=0)
+    def copies(b: int) -> int:  # the feed-forward's copy above the attention's hole, where it is the larger
+        f = max(ffn[b], fused[b])
+        return f + attention[b] if f > attention[b] else attention[b]
+    return max([copies(b) for b in set(ffn) | set(fused) | set(attention)] + list(states.values()), default=0)
 
 
 def ggml_compute_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
@@ -108,9 +109,9 @@ def ggml_compute_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
     graph_reserve): the larger of its peak at the output, the FP32 logits of the u tokens where the output runs on
     the GPU (with the output's weight copied beside them where it is held on the CPU, above the largest attention
     copy's hole: llama.cpp's projections at -ngl 0 ran 33-69 MiB above the copy and logits alone on three dense
-    shapes; Qwen3-4B's it puts 14 MiB over),
-    and its peak at a block (ggml_block_peak); with GGML_LIVE_STATES hidden states of the u tokens. Nothing when
-    nothing runs on the GPU. Measured against llama.cpp's own projections in docs/peers.md (twentieth session)."""
+    shapes; Qwen3-4B's it puts 14 MiB over), and its peak at a block (ggml_block_peak); with GGML_LIVE_STATES hidden
+    states of the u tokens. Nothing when nothing runs on the GPU. Measured against llama.cpp's own projections in
+    docs/peers.md (twentieth session)."""
     t = plan.tiers()
     _, ub = ggml_context(w)
     head = [u for u in model.units if u.kind == "lm_head"]

@@ -37,21 +37,20 @@ def fit_placement(model: ModelShape, machine: MachineSpec, w: Workload, budgets:
     every block but the first partial on an MoE); on an MoE whose layers fit with every routed expert on the CPU,
     turn partial layers full from the front while they fit, then try part of one more."""
     from sim.memory import PlanError, memory_use
-    from sim.policies import llamacpp_ngl
+    from sim.policies import llamacpp_layout
     n, moe, target = model.n_blocks, model.is_moe, budgets.vram_bytes
-    roomy = budgets.model_copy(update={"vram_bytes": 2**62})
     made: dict = {}
 
     def plan_of(layers: int, part: int, cpu_blocks=None) -> Plan:
-        start = n + 1 - layers  # the partial layers are the last `part` of the GPU range (fit.cpp: il0 + n_full)
-        blocks = cpu_blocks if cpu_blocks is not None else [i for i in range(start + layers - part, n)]
-        return llamacpp_ngl(model, machine, w, roomy, layers, cpu_expert_blocks=blocks, mapped=mapped)
+        # the partial layers are the last `part` of the GPU range (fit.cpp: il0 + n_full), the output's index n last
+        blocks = range(n + 1 - part, n) if cpu_blocks is None else cpu_blocks
+        return llamacpp_layout(model, machine, budgets, layers, cpu_expert_blocks=blocks, mapped=mapped)
 
     def mem(layers: int, part: int, overflow: str = "moe", cpu_blocks=None) -> int:
         key = (layers, part, overflow, None if cpu_blocks is None else tuple(cpu_blocks))
         if key not in made:
             try:
-                m = memory_use(model, plan_of(layers, part, cpu_blocks), w, roomy).vram_bytes
+                m = memory_use(model, plan_of(layers, part, cpu_blocks), w, budgets).vram_bytes
             except PlanError:
                 m = 2**62
             first = n + 1 - part  # the first partial layer's block, if it is one
@@ -86,7 +85,7 @@ def fit_placement(model: ModelShape, machine: MachineSpec, w: Workload, budgets:
             while full_high - full_low > 1:
                 step = _step(full_high - full_low, target, mem(layers, layers - full_low),
                              mem(layers, layers - full_high))
-                test = full_low + min(step, layers - full_low)
+                test = full_low + step
                 if mem(layers, layers - test) <= target:
                     full_low = test
                 else:
