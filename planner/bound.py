@@ -13,9 +13,9 @@ import numpy as np
 from planner.evaluator import Evaluator
 from planner.milp import MilpResult, solve
 from planner.candidates import unit_groups
-from planner.options import OPTIONS, RESOURCES, OptionCosts, per_size
+from planner.options import OPTIONS, RESOURCES, OptionCosts, add_kv_cache, per_size
 from sim.equations import copy_time_s
-from sim.memory import activation_bytes, kv_cache_bytes
+from sim.memory import activation_bytes
 
 MODES = ("none", "prefill", "all")
 ROUND = 1e-3   # work rounded down to this relative grid before grouping: still a bound, far fewer groups
@@ -76,6 +76,7 @@ def bound_costs(ev: Evaluator, mode: str, ph: dict[str, np.ndarray]) -> OptionCo
         x = work[r]
         pos = x > 0
         x[pos] = np.exp(np.floor(np.log(x[pos]) / np.log1p(ROUND)) * np.log1p(ROUND))
+    add_kv_cache(ev.model, w, vram, ram)  # a CPU layer's copy to the GPU in an offloaded step left out: still a bound
     return OptionCosts(work, vram, pinned, ram, disk, allowed, nb)
 
 
@@ -84,7 +85,7 @@ def lower_bound(ev: Evaluator, options: list[tuple[str, str]], time_limit_s: flo
     A mode's linear relaxation is below its integer program's dual bound, so a mode whose relaxation is above the
     least bound found (with a margin for the solver's tolerances) cannot lower it: its integer program is skipped."""
     b = ev.budgets
-    free = b.vram_bytes - kv_cache_bytes(ev.model, ev.w) - activation_bytes(ev.model, ev.w)
+    free = b.vram_bytes - activation_bytes(ev.model, ev.w)  # the KV cache is in the options' costs
     modes = MODES if any(d == "cpu" for _, d in options) else ("none",)
     ph = _phase_sums(ev)
     programs = []

@@ -8,7 +8,7 @@ import numpy as np
 from planner.milp import solve
 from planner.options import OPTIONS, OptionCosts, groups, option_costs, row_classes
 from planner.search import spread
-from sim.memory import activation_bytes, kv_cache_bytes
+from sim.memory import activation_bytes
 
 STAGED = {("ram_compressed", "gpu"), ("disk_raw", "gpu"), ("disk_compressed", "gpu")}
 MAX_GROUPS = 40
@@ -33,7 +33,7 @@ def unit_groups(costs: OptionCosts) -> list[np.ndarray]:
 def milp_candidates(model, machine, w, budgets, use, codec, options) -> list[np.ndarray]:
     """Assignments from the integer program over: page cache assumed to hold the disk units or not, staging sized for
     the 3 largest unit sizes, 2 or 3 VRAM slots, pinned staging reserved or host-staged tiers forbidden."""
-    kv, act = kv_cache_bytes(model, w), activation_bytes(model, w)
+    act = activation_bytes(model, w)  # the KV cache is in the options' costs (planner.options.add_kv_cache)
     sizes = sorted({u.nbytes for u in model.units}, reverse=True)[:3]
     out: list[np.ndarray] = []
     seen = set()
@@ -55,7 +55,7 @@ def milp_candidates(model, machine, w, budgets, use, codec, options) -> list[np.
                         allowed[:, [OPTIONS.index(o) for o in STAGED]] = False
                         c = dataclasses.replace(costs, allowed=allowed)
                     reserve = 2 * slot if staged else 0
-                    res = solve(c, gs, budgets.vram_bytes - kv - act - slots * slot, budgets.pinned_bytes - reserve,
+                    res = solve(c, gs, budgets.vram_bytes - act - slots * slot, budgets.pinned_bytes - reserve,
                                 budgets.ram_bytes - reserve, slot, cached, time_limit_s=2.0, rel_gap=0.02)
                     if not res.feasible:
                         continue

@@ -17,7 +17,7 @@ from planner.options import OPTIONS
 from sim.compute import has_pinned_cpu_grid
 from sim.equations import STAGED_TIERS, Codec
 from sim.fast import evaluate
-from sim.memory import MemoryUse, activation_bytes, kv_cache_bytes
+from sim.memory import MemoryUse, activation_bytes, kv_cache_bytes, unit_kv_bytes
 from sim.metrics import step_times, summary
 from sim.plan import Budgets, Placement, Plan, Workload
 from sim.schedule import COLUMNS, Schedule, build_schedule
@@ -57,7 +57,8 @@ class Evaluator:
         self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)
         self.is_expert = np.array([u.expert is not None for u in model.units])
         self.kv_bytes, self.act_bytes = kv_cache_bytes(model, w), activation_bytes(model, w)
-        self.fixed_vram = self.kv_bytes + self.act_bytes
+        self.unit_kv = np.array(unit_kv_bytes(model, w), dtype=np.int64)  # on the device that computes the unit
+        self.fixed_vram = self.kv_bytes + self.act_bytes  # the most: every layer computed on the GPU
         self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
         # one flat table per column over (offload, option, unit): an item's value is one take
         self.flat = like.flat if like else self._flat()
@@ -114,7 +115,10 @@ class Evaluator:
             if present[RAM_COMPRESSED].any():
                 ratio = self.codec.ratio if self.codec else 1.0
                 ram_w += int((self.nb[RAM_COMPRESSED[assign]] * ratio).sum())
+            cpu = ON_CPU[assign]
             self._last = (key, {
+                "kv_gpu": int(self.unit_kv[~cpu].sum()), "kv_cpu": int(self.unit_kv[cpu].sum()),
+                "kv_copy": int(self.unit_kv[cpu].max(initial=0)),  # sim.memory.split_kv_bytes
                 "compressed": bool((present & COMPRESSED).any()),
                 "slot": {off: int(top[opts].max()) for off, opts in SLOTTED.items()},
                 "pin_slot": {off: int(top[opts & STAGED].max()) for off, opts in SLOTTED.items()},
@@ -128,11 +132,15 @@ class Evaluator:
             return None
         off = bool(s[3] and self.tokens[0] >= s[3])
         slot, pin_slot, ram_w, pinned_w = p["slot"][off], p["pin_slot"][off], p["ram"], p["pinned"]
-        m = MemoryUse(resident_vram_bytes=p["vram"], staging_vram_bytes=s[1] * slot, kv_bytes=self.kv_bytes,
+        kv_cpu = p["kv_cpu"]
+        m = MemoryUse(resident_vram_bytes=p["vram"], staging_vram_bytes=s[1] * slot,
+                      kv_bytes=p["kv_gpu"] + (p["kv_copy"] if off else 0),
                       activation_bytes=self.act_bytes, pinned_weights_bytes=pinned_w,
                       pinned_staging_bytes=s[2] * pin_slot, ram_weights_bytes=ram_w,
-                      page_cache_bytes=max(b.ram_bytes - ram_w - pinned_w - s[2] * pin_slot, 0), slot_bytes=slot)
-        if m.vram_bytes > b.vram_bytes or m.pinned_bytes > b.pinned_bytes or ram_w + m.pinned_bytes > b.ram_bytes:
+                      page_cache_bytes=max(b.ram_bytes - ram_w - pinned_w - s[2] * pin_slot - kv_cpu, 0),
+                      slot_bytes=slot, host_kv_bytes=kv_cpu)
+        if m.vram_bytes > b.vram_bytes or m.pinned_bytes > b.pinned_bytes or \
+                ram_w + m.pinned_bytes + kv_cpu > b.ram_bytes:
             return None
         return m
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from sim.equations import TIERS, Codec, copy_time_s, unpack_time_s
+from sim.memory import unit_kv_bytes
 from sim.plan import Budgets, Workload
 from sim.shapes import ModelShape, UnitShape
 
@@ -154,7 +155,17 @@ def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usag
         if dev == "cpu" and tier == "ram_pinned":
             allowed[:, j] = False  # same cost as pageable for the CPU; kept for llama.cpp-style plans
         ram[:, j] = nb if tier == "ram_pageable" else nb * ratio if tier == "ram_compressed" else 0
+    add_kv_cache(model, w, vram, ram)
     return OptionCosts(work, vram, pinned, ram, disk, allowed, nb)
+
+
+def add_kv_cache(model: ModelShape, w: Workload, vram: np.ndarray, ram: np.ndarray) -> None:
+    """Each unit's KV cache, in place: in VRAM for the options that compute it on the GPU, in RAM for the CPU's
+    (sim.memory.split_kv_bytes; the prompt's copy of a CPU layer's cache to the GPU is left to the evaluator)."""
+    kv = np.array(unit_kv_bytes(model, w), dtype=float)
+    on_gpu = np.array([dev == "gpu" for _, dev in OPTIONS])
+    vram[:, on_gpu] += kv[:, None]
+    ram[:, ~on_gpu] += kv[:, None]
 
 
 def groups(costs: OptionCosts) -> list[np.ndarray]:

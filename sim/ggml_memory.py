@@ -125,10 +125,10 @@ def ggml_compute_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
     return peak + GGML_LIVE_STATES * 4 * ub * model.hidden if peak else 0
 
 
-def ggml_kv_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
-    """The KV cache on the GPU: each layer's cache is kept with the layer (llama-kv-cache.cpp, offload_kqv), so only
-    the cells of the attention computed on the GPU."""
+def ggml_kv_bytes(model: ModelShape, plan: Plan, w: Workload, device: str = "gpu") -> int:
+    """The KV cache on the GPU (or, device='cpu', in RAM): each layer's cache is kept with the layer
+    (llama-kv-cache.cpp, offload_kqv), so only the cells of the attention computed there."""
     t = plan.tiers()
     cells, _ = ggml_context(w)
     return cells * sum(u.kv_bytes_per_token for u in model.units
-                       if u.kind in ATTENTION_KINDS and t[u.name].compute == "gpu")
+                       if u.kind in ATTENTION_KINDS and t[u.name].compute == device)

@@ -26,6 +26,8 @@ class MemoryUse:
     ram_weights_bytes: int
     page_cache_bytes: int
     slot_bytes: int
+    host_kv_bytes: int = 0  # the KV cache of the layers computed on the CPU, kept in RAM beside them
+
 
     @property
     def vram_bytes(self) -> int:
@@ -37,7 +39,30 @@ class MemoryUse:
 
 
 def kv_cache_bytes(model: ModelShape, w: Workload) -> int:
+    """The whole KV cache of a request (every layer's)."""
     return model.kv_bytes_per_token * w.batch * (w.prompt_tokens + w.new_tokens)
+
+
+def unit_kv_bytes(model: ModelShape, w: Workload) -> list[int]:
+    """Each unit's own KV cache over the request, in model order."""
+    return [u.kv_bytes_per_token * w.batch * (w.prompt_tokens + w.new_tokens) for u in model.units]
+
+
+def split_kv_bytes(model: ModelShape, plan: Plan, w: Workload) -> tuple[int, int]:
+    """(GPU, RAM) bytes of the KV cache in offloadsim's engine: each layer's cache sits on the device that computes
+    it (validate/stream_run.py). A CPU-computed layer that the engine multiplies on the GPU for a big step (the
+    prompt, plan.gpu_offload_min_tokens) takes a copy of its cache to the GPU for that layer only: one such copy,
+    the largest, is on the GPU at a time."""
+    t = plan.tiers()
+    gpu = cpu = largest_copy = 0
+    offload = plan.gpu_offload_min_tokens is not None and w.batch * w.prompt_tokens >= plan.gpu_offload_min_tokens
+    for u, kv in zip(model.units, unit_kv_bytes(model, w)):
+        if t[u.name].compute == "gpu":
+            gpu += kv
+        else:
+            cpu += kv
+            largest_copy = max(largest_copy, kv if offload else 0)
+    return gpu + largest_copy, cpu
 
 
 def activation_bytes(model: ModelShape, w: Workload) -> int:
@@ -65,9 +90,10 @@ def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     if plan.engine == "llamacpp":
         staging, kv, act = ggml_compute_bytes(model, plan, w), ggml_kv_bytes(model, plan, w), 0
         slot = ggml_largest_copy(model, plan, w)
+        host_kv = ggml_kv_bytes(model, plan, w, "cpu")
     else:
         staging = plan.vram_slots * slot if streamed else 0
-        kv, act = kv_cache_bytes(model, w), activation_bytes(model, w)
+        (kv, host_kv), act = split_kv_bytes(model, plan, w), activation_bytes(model, w)
     staged_host = [n for n in streamed if t[n].tier in STAGED_TIERS]
     pin_slot = max((sizes[n] for n in staged_host), default=0) if plan.pinned_staging else 0
     ratio = plan.codec.ratio if plan.codec else 1.0
@@ -76,11 +102,11 @@ def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     pinned_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pinned")
     # the loaders keep at least one pinned buffer when they stage (sim/fast.py, sim/timeline.py, validate/engine.py)
     pinned_staging = max(plan.pinned_slots, 1) * pin_slot
-    cache = budgets.ram_bytes - ram_w - pinned_w - pinned_staging
+    cache = budgets.ram_bytes - ram_w - pinned_w - pinned_staging - host_kv
     return MemoryUse(resident_vram_bytes=sum(sizes[n] for n, p in t.items() if p.tier == "vram"),
                      staging_vram_bytes=staging, kv_bytes=kv, activation_bytes=act, pinned_weights_bytes=pinned_w,
                      pinned_staging_bytes=pinned_staging, ram_weights_bytes=ram_w, page_cache_bytes=max(cache, 0),
-                     slot_bytes=slot)
+                     slot_bytes=slot, host_kv_bytes=host_kv)
 
 
 def _gib(n: float) -> str:
@@ -118,10 +144,12 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     if m.pinned_bytes > budgets.pinned_bytes:
         raise PlanError(f"pinned: the plan pins {_gib(m.pinned_bytes)} but the budget is {_gib(budgets.pinned_bytes)}; "
                         "move weights to ram_pageable or disk, or raise the pinned budget.")
-    used = m.ram_weights_bytes + m.pinned_bytes
+    used = m.ram_weights_bytes + m.pinned_bytes + m.host_kv_bytes
     if used > budgets.ram_bytes:
-        raise PlanError(f"ram: the plan keeps {_gib(used)} in RAM but the budget is {_gib(budgets.ram_bytes)}; "
-                        "move weights to disk or raise --ram.")
+        raise PlanError(f"ram: the plan keeps {_gib(used)} in RAM (weights {_gib(m.ram_weights_bytes + m.pinned_bytes)}"
+                        f" + KV cache of its CPU layers {_gib(m.host_kv_bytes)}) but the budget is "
+                        f"{_gib(budgets.ram_bytes)}; move weights to disk, compute fewer layers on the CPU or raise "
+                        "--ram.")
     return m
 
 

@@ -1,0 +1,82 @@
+"""Memory accounting: each layer's KV cache sits on the device that computes it (offloadsim's engine keeps a CPU
+layer's cache in RAM, validate/stream_run.py), hand-worked on a toy, and the planner's evaluator agrees with it."""
+import numpy as np
+import pytest
+
+from planner import plan
+from planner.evaluator import Evaluator, assignment_of, settings_of
+from sim.memory import PlanError, check_plan, memory_use
+from sim.plan import Budgets, Placement, Plan, Workload
+from sim.shapes import ModelShape, UnitShape
+from tests.toys import FMT
+
+W = Workload(batch=2, prompt_tokens=3, new_tokens=2)  # 2 x (3 + 2) = 10 token slots of KV per layer
+
+
+def kv_toy(kv_per_token=(10, 20, 30), nbytes=(4, 8, 2)) -> ModelShape:
+    units = tuple(UnitShape(name=f"l{i}", kind="decoder", block=i, modules=(f"l{i}",), matrix_params=nb // 2,
+                            nbytes=nb, flop_params=0, hidden=0, launches=0, kv_bytes_per_token=kv)
+                  for i, (nb, kv) in enumerate(zip(nbytes, kv_per_token)))
+    return ModelShape(name="kvtoy", family="toy", weight_format=FMT, n_blocks=len(units), hidden=0, vocab=0,
+                      units=units)
+
+
+def kv_plan(model, computes, tiers, **kw) -> Plan:
+    placements = tuple(Placement(unit=u.name, tier=t, compute=c) for u, t, c in zip(model.units, tiers, computes))
+    return Plan(model=model.name, machine="toy", placements=placements, **kw)
+
+
+MODEL = kv_toy()
+MIXED = kv_plan(MODEL, ["gpu", "cpu", "gpu"], ["vram", "ram_pageable", "ram_pageable"], pinned_staging=False)
+
+
+def test_a_cpu_layers_kv_cache_is_in_ram_not_vram():
+    """Layers of 10, 20 and 30 KV bytes a token, 10 token slots each: 100, 200 and 300 bytes. l1 computed on the
+    CPU: VRAM holds 100 + 300 = 400, RAM 200, and the page cache is 200 smaller than with every layer on the GPU."""
+    b = Budgets(vram_bytes=10**6, ram_bytes=1000, pinned_bytes=1000)
+    m = memory_use(MODEL, MIXED, W, b)
+    assert (m.kv_bytes, m.host_kv_bytes) == (400, 200)
+    all_gpu = memory_use(MODEL, MIXED.model_copy(update={"placements": tuple(
+        p.model_copy(update={"compute": "gpu"}) for p in MIXED.placements)}), W, b)
+    assert (all_gpu.kv_bytes, all_gpu.host_kv_bytes) == (600, 0)
+    assert all_gpu.page_cache_bytes - m.page_cache_bytes == 200
+    assert m.page_cache_bytes == 1000 - (8 + 2) - 200  # RAM less the pageable weights (l1, l2) and l1's cache
+
+
+def test_a_prompt_offloaded_to_the_gpu_copies_one_cpu_layers_cache_there():
+    """With gpu_offload_min_tokens <= 2 x 3 prompt tokens the engine multiplies l1 on the GPU for the prompt, its
+    cache copied there meanwhile: VRAM 400 + 200; above 6 tokens no copy."""
+    b = Budgets(vram_bytes=10**6, ram_bytes=1000, pinned_bytes=1000)
+    assert memory_use(MODEL, MIXED.model_copy(update={"gpu_offload_min_tokens": 6}), W, b).kv_bytes == 600
+    assert memory_use(MODEL, MIXED.model_copy(update={"gpu_offload_min_tokens": 7}), W, b).kv_bytes == 400
+
+
+def test_ram_short_of_a_cpu_layers_cache_is_refused_in_one_sentence():
+    """The pageable weights (10 bytes) and l1's cache (200) need 210 bytes of RAM: 209 is refused, 210 fits."""
+    check_plan(MODEL, MIXED, W, Budgets(vram_bytes=10**6, ram_bytes=210, pinned_bytes=0))
+    with pytest.raises(PlanError) as e:
+        check_plan(MODEL, MIXED, W, Budgets(vram_bytes=10**6, ram_bytes=209, pinned_bytes=0))
+    msg = str(e.value)
+    assert msg.startswith("ram:") and "KV cache of its CPU layers" in msg and "\n" not in msg
+
+
+def test_evaluator_memory_is_memory_use(toy_machine):
+    """The planner's evaluator counts the same bytes, field by field, with and without the prompt's offload."""
+    b = Budgets(vram_bytes=10**6, ram_bytes=1000, pinned_bytes=1000)
+    for off in (None, 6):
+        p = MIXED.model_copy(update={"gpu_offload_min_tokens": off})
+        got = Evaluator(MODEL, toy_machine, W, b, None).memory(assignment_of(p), settings_of(p))
+        assert got == memory_use(MODEL, p, W, b)
+
+
+def test_planner_uses_the_vram_a_cpu_layers_cache_leaves(toy_machine):
+    """Every layer's cache on the GPU needs 600 bytes beside the weights: a 450-byte VRAM budget cannot hold it,
+    but computing l2 (its 300-byte cache) on the CPU fits. The planner finds such a plan, within budget."""
+    machine = toy_machine.model_copy(update={"gpu": toy_machine.gpu.model_copy(update={"vram_bytes": 10**6})})
+    b = Budgets(vram_bytes=450, ram_bytes=machine.host_memory.capacity_bytes, pinned_bytes=0)
+    p = plan(MODEL, machine, W, b, time_budget_s=5.0)
+    assert p.feasible
+    m = check_plan(MODEL, p, W, b)
+    assert m.kv_bytes <= 450 - m.resident_vram_bytes - m.staging_vram_bytes - m.activation_bytes
+    assert m.host_kv_bytes >= 600 - 450  # at least that much of the cache had to leave the GPU
+    assert np.any([q.compute == "cpu" for q in p.placements])
