@@ -44,7 +44,8 @@ def cases(shape, machine, budgets_of, codec, new_tokens: int = 6):
     def stream(tiers, label, cpu=False, pinned=None, **kw):
         t = {n: "vram" for n in ends}
         t.update(tiers)
-        return make_plan(shape, machine, label, t, {n: "cpu" for n in dec} if cpu else None,
+        on_cpu = cpu if isinstance(cpu, (set, list)) else dec if cpu else ()
+        return make_plan(shape, machine, label, t, {n: "cpu" for n in on_cpu},
                          prefetch_depth=2, vram_slots=3, pinned_slots=3, codec=codec, **kw)
 
     half = len(dec) // 2
@@ -72,6 +73,11 @@ def cases(shape, machine, budgets_of, codec, new_tokens: int = 6):
     out.append(("stream disk raw warm", stream({n: "disk_raw" for n in dec}, "stream-disk"), big, False, 4, 32))
     out.append(("CPU decoders, resident ends", stream({n: "ram_pageable" for n in dec}, "cpu-decoders", cpu=True), big,
                 False, 4, 32))
+    # the KV cache where each layer computes (sim.memory.split_kv_bytes): half the decoders on the CPU over a long
+    # context, the prompt multiplied on the GPU (each CPU layer's cache copied there for it), decode on the CPU
+    out.append(("half the decoders on the CPU, long context", stream(
+        {n: "ram_pageable" if k < half else "ram_pinned" for k, n in enumerate(dec)}, "cpu-half-long",
+        cpu=dec[:half], gpu_offload_min_tokens=32), big, False, 8, 2048))
     return out
 
 
@@ -108,7 +114,7 @@ TINY = dict(num_hidden_layers=4, hidden_size=256, intermediate_size=512, num_att
             head_dim=64, vocab_size=1024)
 
 
-def prepare_arch(arch: str, work: Path, tiny: bool) -> tuple:
+def prepare_arch(arch: str, work: Path, tiny: bool, layers: int | None = None) -> tuple:
     """What a user does before validating: a random-weight checkpoint of the architecture, its layer store (raw and
     compressed) and a calibration. Returns (checkpoint, store, shape, config, profile path, the entry to record)."""
     from sim.models import load_model
@@ -116,7 +122,7 @@ def prepare_arch(arch: str, work: Path, tiny: bool) -> tuple:
     from validate.checkpoint import make_checkpoint, make_config
     from validate.store import build_store
     preset, over = ARCHS[arch]
-    cfg = make_config(preset, **(TINY if tiny else over))
+    cfg = make_config(preset, **(TINY if tiny else dict(over, **({"num_hidden_layers": layers} if layers else {}))))
     cfg.pop("rope_scaling", None)
     ckpt, store = work / arch / "ckpt", work / arch / "store"
     shutil.rmtree(work / arch, ignore_errors=True)  # a folder left by an earlier call on a warm machine
@@ -168,7 +174,7 @@ def run_case(entry: dict, case: tuple, ref, store: Path, config: dict, shape, ma
 
 
 def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tokens: int, tiny: bool,
-             limit: int | None, repeats: int = 0) -> None:
+             limit: int | None, repeats: int = 0, layers: int | None = None) -> None:
     """Prepare one architecture, check the resident engine against transformers and itself, then run its plans
     (the first `limit`, then `repeats` of them again in fresh engines) until the deadline."""
     from hwmodels.presets import load_machine
@@ -177,7 +183,7 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
     from sim.policies import POLICIES
     from validate.engine import Engine
     from validate.report import exactness
-    ckpt, store, shape, config, prof_path, entry = prepare_arch(arch, work, tiny)
+    ckpt, store, shape, config, prof_path, entry = prepare_arch(arch, work, tiny, layers)
     result["archs"].append(entry)
     save()
     machine = load_machine(str(prof_path))
@@ -219,6 +225,8 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=540, help="stop starting runs after this many seconds")
     ap.add_argument("--new-tokens", type=int, default=6)
     ap.add_argument("--tiny", action="store_true", help="small shapes on whatever device there is (a smoke test)")
+    ap.add_argument("--layers", type=int, default=None, help="cut every architecture to this many layers "
+                    "(default: benchmarks/archs.py's count)")
     a = ap.parse_args()
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -234,7 +242,7 @@ def main() -> None:
         arch, n, r = (spec.split(":") + ["", ""])[:3]
         try:
             run_arch(arch, Path(a.work), result, save, deadline, a.new_tokens, a.tiny, int(n) if n else None,
-                     int(r) if r else 0)
+                     int(r) if r else 0, a.layers)
         except Exception as exc:
             result["archs"].append({"arch": arch, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
             log(arch, "FAILED", exc)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from hwmodels.specs import MachineSpec
+from sim.memory import memory_use
 from sim.plan import Budgets, Plan, Workload
 from sim.shapes import ModelShape
 from sim.simulate import simulate
@@ -62,7 +63,23 @@ def repredict(entry: dict, run: dict) -> dict:
                    compute_meas_s=stage["measured_s"], as_recorded=True)
     for k in ("tpot", "ttft", "compute", "load"):
         row[f"{k}_err_pct"] = err(row[f"{k}_pred_s"], row[f"{k}_meas_s"])
+    if "gpu_memory" in run:  # the memory model of today against the allocator's peak (calls from AM on)
+        row.update(vram_pred_bytes=memory_use(shape, plan, w, budgets).vram_bytes,
+                   vram_meas_bytes=run["gpu_memory"]["measured_peak_bytes"])
+        row["vram_err_pct"] = err(row["vram_pred_bytes"], row["vram_meas_bytes"])
     return row
+
+
+def memory_stats(rows: list[dict]) -> dict | None:
+    """Predicted GPU memory (sim.memory.memory_use) against the peak torch's allocator held during the run: the
+    error, and how many runs held more than predicted (a plan checked at its budget could run out of memory)."""
+    rs = [r for r in rows if "vram_err_pct" in r]
+    if not rs:
+        return None
+    e = [r["vram_err_pct"] for r in rs]
+    return {"n": len(rs), "median_abs_pct": float(np.median(np.abs(e))), "most_under_pct": float(min(e)),
+            "most_over_pct": float(max(e)), "held_more_than_predicted": sum(x < 0 for x in e),
+            "most_above_mib": max(0.0, max((r["vram_meas_bytes"] - r["vram_pred_bytes"]) / 2**20 for r in rs))}
 
 
 def executed(events) -> set[tuple]:
@@ -141,6 +158,7 @@ def summarize(files: list[str], skip: frozenset = frozenset()) -> dict:
             "bit_identical_gpu_plans": f"{sum(r['bit_identical'] for r in gpu)}/{len(gpu)}",
             "predicted_as_recorded": sum(r.get("as_recorded", False) for r in rows),
             "within_10pct": f"{sum(abs(r['tpot_err_pct']) <= 10 for r in rows)}/{len(rows)}", "by_class": by_class(rows),
+            "gpu_memory": memory_stats(rows),
             "archs": archs, "spread": spread, "rows": rows}
 
 

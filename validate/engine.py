@@ -38,6 +38,8 @@ class RunResult:
     time_per_token_s: float
     total_s: float
     graphs: bool = False          # GPU-placed units ran as captured CUDA graphs (False: eagerly)
+    gpu_peak_bytes: int = 0       # the most GPU memory this engine held during the run (torch's allocator: tensors
+                                  # live, not its cache), weights and slots included; 0 on the CPU
 
 
 class Engine:
@@ -73,6 +75,8 @@ class Engine:
             if hasattr(torch._C, "_host_emptyCache"):  # pin anew, as a fresh process does
                 torch._C._host_emptyCache()
             torch.cuda.synchronize()
+        # what other engines of the process hold: not this engine's (RunResult.gpu_peak_bytes)
+        self.gpu_base_bytes = torch.cuda.memory_allocated(self.device) if self.cuda else 0
         t0 = time.perf_counter()
         self._materialize()
         if self.cuda:
@@ -153,4 +157,11 @@ class Engine:
         from validate.stream_run import StreamRun
         if cold:
             self.drop_page_cache()
-        return StreamRun(self, w, prompt).execute()
+        if not self.cuda:
+            return StreamRun(self, w, prompt).execute()
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        out = StreamRun(self, w, prompt).execute()
+        torch.cuda.synchronize(self.device)
+        out.gpu_peak_bytes = torch.cuda.max_memory_allocated(self.device) - self.gpu_base_bytes
+        return out

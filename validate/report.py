@@ -11,6 +11,7 @@ import torch
 
 from hwmodels.specs import MachineSpec
 from sim.events import Event, write_chrome_trace
+from sim.memory import memory_use
 from sim.plan import Budgets, Plan, Workload, write_atomic
 from sim.policies import POLICIES
 from sim.simulate import simulate
@@ -93,6 +94,10 @@ def validate_plan(engine: Engine, shape: ModelShape, machine: MachineSpec, plan:
     rep["load"] = {"predicted_s": sim.summary["load"]["total_s"], "measured_s": engine.load_s,
                    "error_pct": err(sim.summary["load"]["total_s"], engine.load_s), "by_stage": sim.summary["load"]}
     rep["compute_model"] = sim.summary["compute_model"]
+    if run.gpu_peak_bytes:  # the memory model against the allocator: is the budget the plan was checked at enough?
+        predicted = memory_use(shape, plan, sim_w, budgets).vram_bytes
+        rep["gpu_memory"] = {"predicted_bytes": predicted, "measured_peak_bytes": run.gpu_peak_bytes,
+                             "error_pct": err(predicted, run.gpu_peak_bytes)}
     if reference is not None:
         rep["exactness"] = exactness(reference, run)
     return rep, run, pred_events
