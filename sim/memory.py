@@ -65,9 +65,25 @@ def split_kv_bytes(model: ModelShape, plan: Plan, w: Workload) -> tuple[int, int
     return gpu + largest_copy, cpu
 
 
+def decoder_live_elements(u) -> int:
+    """Elements per prompt token held on the device at a dense decoder's peak in offloadsim's engine
+    (validate/model.py, decoder_layer, 16 bit): at the MLP's product, the step's hidden state, the block's residual
+    and its norm (3 x hidden), the attention's locals still referenced (q, k, v, the output: q + 2 kv + q wide;
+    with grouped KV heads, the keys and values repeated to q's heads: 2 q more) and the MLP's SiLU(gate), up and
+    their product (3 x intermediate). Measured on the H200 (call M, docs/validation.md): Phi-3-mini's layer 46,080
+    elements a token, Qwen3-8B's 67,584, both within 1% of the allocator's peak."""
+    h = u.hidden
+    q = u.attn_flops_per_ctx_token // 4  # 4 x heads x head_dim (sim/hf_shapes.py, sim/families.py)
+    kv = u.kv_bytes_per_token // 4       # K and V of 16 bits: 2 x kv_heads x head_dim x 2 bytes
+    inter = max((u.flop_params - 2 * h * q - 2 * h * kv) // (3 * h), 0) if h else 0
+    return 3 * h + 2 * q + 2 * kv + (2 * q if q != kv else 0) + 3 * inter
+
+
 def activation_bytes(model: ModelShape, w: Workload) -> int:
-    """Prefill hidden states (a few live copies of B*P*hidden in 16 bit) plus FP32 logits of the last tokens."""
-    return 8 * w.batch * w.prompt_tokens * model.hidden * 2 + 4 * w.batch * model.vocab
+    """The prompt's live activations at a block's peak (decoder_live_elements, 16 bit; at least 8 x hidden for
+    blocks of other kinds), its token ids (int64), plus the FP32 logits of the last tokens."""
+    per_token = max([8 * model.hidden] + [decoder_live_elements(u) for u in model.units if u.kind == "decoder"])
+    return w.batch * w.prompt_tokens * (2 * per_token + 8) + 4 * w.batch * model.vocab
 
 
 def streamed_units(model: ModelShape, plan: Plan, w: Workload | None = None) -> list[str]:

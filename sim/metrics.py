@@ -72,7 +72,8 @@ def summary(sch: Schedule, c_start: np.ndarray, c_end: np.ndarray, mem: MemoryUs
         "stall_per_token_s": float(gaps[steps > 0].sum() / max(sch.n_steps - 1, 1)),
         "compute_s": float(np.sum(c_end - c_start)),
         "peak_vram_bytes": mem.vram_bytes, "peak_pinned_bytes": mem.pinned_bytes,
-        "peak_ram_bytes": mem.ram_weights_bytes + mem.pinned_bytes, "page_cache_bytes": mem.page_cache_bytes,
+        "peak_ram_bytes": mem.ram_weights_bytes + mem.pinned_bytes + mem.host_kv_bytes,  # the CPU layers' KV too
+        "page_cache_bytes": mem.page_cache_bytes,
         "page_cache_hits": hits, "page_cache_misses": misses, "items": len(sch),
         "work_s": work_by_resource(sch),
     }

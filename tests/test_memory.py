@@ -80,3 +80,51 @@ def test_planner_uses_the_vram_a_cpu_layers_cache_leaves(toy_machine):
     assert m.kv_bytes <= 450 - m.resident_vram_bytes - m.staging_vram_bytes - m.activation_bytes
     assert m.host_kv_bytes >= 600 - 450  # at least that much of the cache had to leave the GPU
     assert np.any([q.compute == "cpu" for q in p.placements])
+
+
+@pytest.mark.parametrize("arch, elements", [("qwen3-8b", 67_584), ("phi3-mini", 46_080)])
+def test_a_decoders_live_activations_hand_worked(arch, elements):
+    """Qwen3-8B's layer (hidden 4096, 32 heads of 128 over 8: q 4096, kv 1024, MLP 12288): 3 x 4096 + 2 x 4096 +
+    2 x 1024 + 2 x 4096 (keys and values repeated to 32 heads) + 3 x 12288 = 67,584 elements a prompt token.
+    Phi-3-mini's (hidden 3072, 32 heads of 96, no grouped KV: q = kv = 3072, MLP 8192): 9216 + 6144 + 6144 + 24576 =
+    46,080. The prompt's activations: 2 bytes each, + 8 bytes of token id, + the FP32 logits of the last tokens."""
+    from benchmarks.archs import ARCHS
+    from sim.families import shape_from_config
+    from sim.memory import activation_bytes, decoder_live_elements
+    from sim.models import preset_config
+    preset, over = ARCHS[arch]
+    shape = shape_from_config({**preset_config(preset), **over})
+    dec = next(u for u in shape.units if u.kind == "decoder")
+    assert decoder_live_elements(dec) == elements
+    w = Workload(batch=4, prompt_tokens=512, new_tokens=2)
+    assert activation_bytes(shape, w) == 4 * 512 * (2 * elements + 8) + 4 * 4 * shape.vocab
+
+
+def test_engine_stages_only_what_streams(tmp_path):
+    """offloadsim's engine takes VRAM staging slots for the units that pass through them, as sim.memory counts
+    them: none for a plan that computes every non-resident layer on the CPU, and, for a plan that multiplies them
+    on the GPU for a big prompt, slots of the largest once a run's prompt reaches the threshold."""
+    torch = pytest.importorskip("torch")
+    from sim.models import load_model
+    from sim.policies import make_plan
+    from tests.conftest import TOY
+    from validate.checkpoint import make_checkpoint, make_config
+    from validate.engine import Engine
+    from validate.store import build_store
+    cfg = make_config("llama-3.1-8b", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128)
+    cfg.pop("rope_scaling", None)
+    make_checkpoint(cfg, tmp_path / "ckpt", device="cpu")
+    shape = load_model(str(tmp_path / "ckpt"))
+    build_store(tmp_path / "ckpt", shape, tmp_path / "store", compress=False, threads=1)
+    dec = [u.name for u in shape.units if u.kind == "decoder"]
+    tiers = {u.name: "ram_pageable" if u.name in dec else "vram" for u in shape.units}
+    plan = make_plan(shape, TOY, "t", tiers, {n: "cpu" for n in dec}, vram_slots=2, gpu_offload_min_tokens=8)
+    e = Engine(tmp_path / "store", cfg, shape, plan, TOY, device="cpu")
+    assert e.vram_slots == []
+    e.run(Workload(batch=1, prompt_tokens=4, new_tokens=2))  # below the threshold: the CPU computes them
+    assert e.vram_slots == []
+    e.run(Workload(batch=2, prompt_tokens=4, new_tokens=2))  # 8 tokens: multiplied on the GPU, staged
+    largest = max(u.nbytes for u in shape.units if u.name in dec)
+    assert [b.numel() for b in e.vram_slots] == [largest, largest]
+    assert torch.is_tensor(e.vram_slots[0])

@@ -19,6 +19,7 @@ import torch
 from hwmodels.specs import MachineSpec
 from sim.equations import STAGED_TIERS
 from sim.events import Event
+from sim.memory import streamed_units
 from sim.plan import Plan, Workload
 from sim.shapes import ModelShape
 from validate import model as M
@@ -113,8 +114,8 @@ class Engine:
             elif p.tier == "ram_compressed":
                 self.packed[u.name] = read_bytes(self.store / self.files[u.name]["zst"], self.zmeta[u.name])
         sch_units = [u.name for u in self.shape.units if self.tiers[u.name].tier != "vram"]
-        slot = max((self.meta[n]["nbytes"] for n in sch_units), default=0)
-        self.vram_slots = [torch.empty(slot, dtype=torch.uint8, device=self.device) for _ in range(self.plan.vram_slots)] if slot else []
+        self.vram_slots: list[torch.Tensor] = []
+        self._size_slots(None)
         staged = [n for n in sch_units if self.tiers[n].tier in STAGED_TIERS]
         pslot = max((self.meta[n]["nbytes"] for n in staged), default=0)
         self.pinned_slots = [self._host_buffer(pslot, True) for _ in range(max(self.plan.pinned_slots, 1))] if pslot else []
@@ -124,6 +125,16 @@ class Engine:
             buf = np.empty(zslot, dtype=np.uint8)
             buf.fill(0)
             self.read_slots.append(buf)
+
+    def _size_slots(self, w: Workload | None) -> None:
+        """VRAM staging slots for the units that pass through them (sim.memory.streamed_units: GPU-computed units
+        not resident, and with `w`, the CPU units a big prompt multiplies on the GPU), as the memory model counts
+        them: none when nothing streams; grown before a run whose prompt offloads a larger unit."""
+        slot = max((self.meta[n]["nbytes"] for n in streamed_units(self.shape, self.plan, w)), default=0)
+        if slot > (self.vram_slots[0].numel() if self.vram_slots else 0):
+            self.vram_slots = []  # freed before the larger ones are taken
+            self.vram_slots = [torch.empty(slot, dtype=torch.uint8, device=self.device)
+                               for _ in range(self.plan.vram_slots)]
 
     def drop_page_cache(self) -> None:
         if self.store is None:
@@ -157,6 +168,7 @@ class Engine:
         from validate.stream_run import StreamRun
         if cold:
             self.drop_page_cache()
+        self._size_slots(w)
         if not self.cuda:
             return StreamRun(self, w, prompt).execute()
         torch.cuda.synchronize(self.device)
