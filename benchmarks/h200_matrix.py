@@ -41,11 +41,11 @@ def cases(shape, machine, budgets_of, codec, new_tokens: int = 6):
     ends = [n for n in names if n not in dec]
     total = sum(u.nbytes for u in shape.units)
 
-    def stream(tiers, label, cpu=False, pinned=None, **kw):
+    def stream(tiers, label, cpu=(), **kw):
+        """Ends resident, `tiers` for the rest; the units named in `cpu` computed on the CPU."""
         t = {n: "vram" for n in ends}
         t.update(tiers)
-        on_cpu = cpu if isinstance(cpu, (set, list)) else dec if cpu else ()
-        return make_plan(shape, machine, label, t, {n: "cpu" for n in on_cpu},
+        return make_plan(shape, machine, label, t, {n: "cpu" for n in cpu},
                          prefetch_depth=2, vram_slots=3, pinned_slots=3, codec=codec, **kw)
 
     half = len(dec) // 2
@@ -71,7 +71,7 @@ def cases(shape, machine, budgets_of, codec, new_tokens: int = 6):
         rep = plan_with_report(shape, machine, w, bud, confirm=False, allow_cpu=False)
         out.append((f"planner {vram / GiB:.2f}GiB", rep.plan, bud, False, b, p))
     out.append(("stream disk raw warm", stream({n: "disk_raw" for n in dec}, "stream-disk"), big, False, 4, 32))
-    out.append(("CPU decoders, resident ends", stream({n: "ram_pageable" for n in dec}, "cpu-decoders", cpu=True), big,
+    out.append(("CPU decoders, resident ends", stream({n: "ram_pageable" for n in dec}, "cpu-decoders", cpu=dec), big,
                 False, 4, 32))
     # the KV cache where each layer computes (sim.memory.split_kv_bytes): half the decoders on the CPU over a long
     # context, the prompt multiplied on the GPU (each CPU layer's cache copied there for it), decode on the CPU
