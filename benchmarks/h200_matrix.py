@@ -78,6 +78,13 @@ def cases(shape, machine, budgets_of, codec, new_tokens: int = 6):
     out.append(("half the decoders on the CPU, long context", stream(
         {n: "ram_pageable" if k < half else "ram_pinned" for k, n in enumerate(dec)}, "cpu-half-long",
         cpu=dec[:half], gpu_offload_min_tokens=32), big, False, 8, 2048))
+    # past the CPU grids' longest context (4100): one sequence of 8192, every decoder on the CPU
+    out.append(("CPU decoders, one long prompt", stream({n: "ram_pageable" for n in dec}, "cpu-long", cpu=dec,
+                                                        gpu_offload_min_tokens=32), big, False, 1, 8192))
+    # 32 sequences: every step reaches the threshold, so each step moves each CPU layer's cache to the GPU
+    out.append(("half the decoders on the CPU, every step offloaded", stream(
+        {n: "ram_pinned" for n in dec}, "cpu-half-b32", cpu=dec[:half], gpu_offload_min_tokens=32), big, False,
+        32, 512))
     return out
 
 

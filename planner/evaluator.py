@@ -20,7 +20,7 @@ from sim.fast import evaluate
 from sim.memory import MemoryUse, activation_bytes, kv_cache_bytes, unit_kv_bytes
 from sim.metrics import step_times, summary
 from sim.plan import Budgets, Placement, Plan, Workload
-from sim.schedule import COLUMNS, Schedule, build_schedule
+from sim.schedule import COLUMNS, Schedule, build_schedule, offload_kv_move_s
 from sim.shapes import ModelShape, UnitShape
 
 Settings = tuple[int, int, int, int | None]   # (prefetch depth, VRAM slots, pinned slots, gpu_offload_min_tokens)
@@ -60,6 +60,12 @@ class Evaluator:
         self.unit_kv = np.array(unit_kv_bytes(model, w), dtype=np.int64)  # on the device that computes the unit
         self.fixed_vram = self.kv_bytes + self.act_bytes  # the most: every layer computed on the GPU
         self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
+        # a CPU-option unit multiplied on the GPU for a big step moves its cache (sim.schedule.offload_kv_move_s)
+        moves: dict[tuple[int, int], float] = {}
+        for ui, st in zip(self.unit.tolist(), self.step.tolist()):
+            if (ui, st) not in moves:
+                moves[ui, st] = offload_kv_move_s(model.units[ui], machine, w, st)
+        self.kv_move = np.array([moves[k] for k in zip(self.unit.tolist(), self.step.tolist())], dtype=float)
         # one flat table per column over (offload, option, unit): an item's value is one take
         self.flat = like.flat if like else self._flat()
         # the items' steps as runs of one step: a step's end is the latest end of its runs (sim.metrics.step_times)
@@ -132,7 +138,7 @@ class Evaluator:
             return None
         off = bool(s[3] and self.tokens[0] >= s[3])
         slot, pin_slot, ram_w, pinned_w = p["slot"][off], p["pin_slot"][off], p["ram"], p["pinned"]
-        kv_cpu = p["kv_cpu"]
+        kv_cpu = p["kv_cpu"] + (p["kv_copy"] // 2 if off else 0)  # the pinned buffer the copy passes through
         m = MemoryUse(resident_vram_bytes=p["vram"], staging_vram_bytes=s[1] * slot,
                       kv_bytes=p["kv_gpu"] + (p["kv_copy"] if off else 0),
                       activation_bytes=self.act_bytes, pinned_weights_bytes=pinned_w,
@@ -159,7 +165,8 @@ class Evaluator:
             got = {c: self.flat[c].take(idx) for c in ROW_COLUMNS}
             streamed_expert = self.is_expert & ((TIER[assign] != "vram") | ON_CPU[assign])
             got["gate"] = np.where(streamed_expert[self.unit], self.router_gate, -1)
-            comp = np.where(got["on_cpu"], self.comp[1], self.comp[0])
+            comp = np.where(got["on_cpu"], self.comp[1], self.comp[0] + np.where(ON_CPU[assign][self.unit],
+                                                                                 self.kv_move, 0.0))
             if self.comp_pinned is not None:
                 comp = np.where(got["on_cpu"] & PINNED[assign][self.unit], self.comp_pinned, comp)
             got["compute_s"] = comp

@@ -85,6 +85,17 @@ def copy_time_s(nbytes: float, machine: MachineSpec, pinned: bool = True) -> flo
     return machine.link.latency_s + nbytes / copy_bytes_per_s(nbytes, machine, pinned)
 
 
+def kv_move_s(nbytes: float, machine: MachineSpec) -> float:
+    """Moving `nbytes` of one layer's K and V between its cache in RAM and a copy on the GPU, as offloadsim's engine
+    does around a CPU-held layer it multiplies on the GPU (validate/stream_run.py, move_kv): K, then V, each a host
+    copy into a pinned buffer and a pinned copy over the link (the link's pinned speed both ways: 55.3 GB/s device to
+    host against 55.5 host to device on the H200 machine, shared/reference/h200-probe.json)."""
+    if nbytes <= 0:
+        return 0.0
+    half = nbytes / 2
+    return 2 * (copy_time_s(half, machine) + half / machine.host_memory.memcpy_bytes_per_s)
+
+
 def pin_time_s(nbytes: float, machine: MachineSpec) -> float:
     """Allocating (page-locking) `nbytes` of pinned host memory."""
     return nbytes / machine.host_memory.pin_bytes_per_s

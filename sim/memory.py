@@ -48,21 +48,30 @@ def unit_kv_bytes(model: ModelShape, w: Workload) -> list[int]:
     return [u.kv_bytes_per_token * w.batch * (w.prompt_tokens + w.new_tokens) for u in model.units]
 
 
+def _prompt_offloads(plan: Plan, w: Workload) -> bool:
+    return plan.gpu_offload_min_tokens is not None and w.batch * w.prompt_tokens >= plan.gpu_offload_min_tokens
+
+
+def offload_kv_copy_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
+    """The largest cache of a CPU-computed layer, 0 unless the prompt offloads: offloadsim's engine multiplies such a
+    layer on the GPU for a big step (plan.gpu_offload_min_tokens) with a copy of its cache there, moved through a
+    pinned host buffer of one of its K, V (validate/stream_run.py)."""
+    if not _prompt_offloads(plan, w):
+        return 0
+    t = plan.tiers()
+    return max((kv for u, kv in zip(model.units, unit_kv_bytes(model, w)) if t[u.name].compute == "cpu"), default=0)
+
+
 def split_kv_bytes(model: ModelShape, plan: Plan, w: Workload) -> tuple[int, int]:
     """(GPU, RAM) bytes of the KV cache in offloadsim's engine: each layer's cache sits on the device that computes
-    it (validate/stream_run.py). A CPU-computed layer that the engine multiplies on the GPU for a big step (the
-    prompt, plan.gpu_offload_min_tokens) takes a copy of its cache to the GPU for that layer only: one such copy,
-    the largest, is on the GPU at a time."""
+    it (validate/stream_run.py). While the engine multiplies a CPU-computed layer on the GPU for a big step, that
+    layer's cache has a copy on the GPU (one at a time: the largest counts) and half of it in a pinned host buffer
+    (offload_kv_copy_bytes)."""
     t = plan.tiers()
-    gpu = cpu = largest_copy = 0
-    offload = plan.gpu_offload_min_tokens is not None and w.batch * w.prompt_tokens >= plan.gpu_offload_min_tokens
-    for u, kv in zip(model.units, unit_kv_bytes(model, w)):
-        if t[u.name].compute == "gpu":
-            gpu += kv
-        else:
-            cpu += kv
-            largest_copy = max(largest_copy, kv if offload else 0)
-    return gpu + largest_copy, cpu
+    gpu = sum(kv for u, kv in zip(model.units, unit_kv_bytes(model, w)) if t[u.name].compute == "gpu")
+    cpu = sum(kv for u, kv in zip(model.units, unit_kv_bytes(model, w)) if t[u.name].compute != "gpu")
+    copy = offload_kv_copy_bytes(model, plan, w)
+    return gpu + copy, cpu + copy // 2
 
 
 def decoder_live_elements(u) -> int:
@@ -90,7 +99,7 @@ def streamed_units(model: ModelShape, plan: Plan, w: Workload | None = None) -> 
     """Units that pass through VRAM staging slots (GPU-computed and not resident)."""
     t = plan.tiers()
     out = [u.name for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
-    if plan.gpu_offload_min_tokens and w and w.batch * w.prompt_tokens >= plan.gpu_offload_min_tokens:
+    if w and _prompt_offloads(plan, w):
         # the engine's offload of CPU-held weights (llama.cpp's); it looks an embedding's rows up in place instead
         out += [u.name for u in model.units if t[u.name].compute == "cpu" and u.kind != "embedding"]
     return out

@@ -13,7 +13,7 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from sim.compute import compute_sources, cpu_compute_s, gpu_compute_s
-from sim.equations import STAGED_TIERS, copy_time_s, unpack_time_s
+from sim.equations import STAGED_TIERS, copy_time_s, kv_move_s, unpack_time_s
 from sim.memory import MemoryUse, check_plan
 from sim.pagecache import PageCache
 from sim.plan import Budgets, Plan, Workload
@@ -105,6 +105,8 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     # (the GPU price of the unit still counts its attention there too: small beside the copy at these step sizes)
     offloaded = [peer is not None and plan.engine == "llamacpp" and t[u.name].compute == "cpu"
                  and u.kind != "embedding" for u in units]
+    # offloadsim's engine multiplying a CPU-held layer on the GPU moves its cache there and the step's part back
+    kv_moved = [peer is None and t[u.name].compute == "cpu" for u in units]
     split = peer.gpu_offload_split_s if peer is not None else 0.0
     pinned_split = peer.gpu_offload_split_pinned_s if peer is not None else None
     split_of = [pinned_split if m == "pinned" and pinned_split is not None else split for m in memory]
@@ -143,8 +145,9 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
             split_s = (split_of if decode else prompt_split_of)[ui]
             return _compute_time(ui, cpu, batch, new, ctx) + split_s * ggml_weights(units[ui].kind, model.family) \
                 + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops + block
+        moved = offload_kv_move_s(units[ui], machine, w, s) if kv_moved[ui] and not cpu else 0.0
         return _compute_time(ui, cpu, batch, new, ctx) + (warmup_s[ui] if s in warmup else 0.0) \
-            + (mm_attention[ui] if not cpu and batch * new == 1 else 0.0) + block
+            + (mm_attention[ui] if not cpu and batch * new == 1 else 0.0) + block + moved
 
     def _compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
@@ -172,6 +175,14 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
+
+
+def offload_kv_move_s(unit, machine: MachineSpec, w: Workload, s: int) -> float:
+    """offloadsim's engine multiplying a CPU-held unit on the GPU for step `s`: the cache written before the step
+    goes to the GPU, the step's own keys and values come back (sim.equations.kv_move_s)."""
+    kv = unit.kv_bytes_per_token * w.batch
+    return kv_move_s(kv * (w.prompt_tokens + s - 1 if s else 0), machine) + \
+        kv_move_s(kv * (1 if s else w.prompt_tokens), machine)
 
 
 def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, peer,

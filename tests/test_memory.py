@@ -47,8 +47,46 @@ def test_a_prompt_offloaded_to_the_gpu_copies_one_cpu_layers_cache_there():
     """With gpu_offload_min_tokens <= 2 x 3 prompt tokens the engine multiplies l1 on the GPU for the prompt, its
     cache copied there meanwhile: VRAM 400 + 200; above 6 tokens no copy."""
     b = Budgets(vram_bytes=10**6, ram_bytes=1000, pinned_bytes=1000)
-    assert memory_use(MODEL, MIXED.model_copy(update={"gpu_offload_min_tokens": 6}), W, b).kv_bytes == 600
-    assert memory_use(MODEL, MIXED.model_copy(update={"gpu_offload_min_tokens": 7}), W, b).kv_bytes == 400
+    on = memory_use(MODEL, MIXED.model_copy(update={"gpu_offload_min_tokens": 6}), W, b)
+    off = memory_use(MODEL, MIXED.model_copy(update={"gpu_offload_min_tokens": 7}), W, b)
+    assert (on.kv_bytes, off.kv_bytes) == (600, 400)
+    # the copy passes through a pinned host buffer of one of its K, V: 100 bytes of RAM beside l1's own 200
+    assert (on.host_kv_bytes, off.host_kv_bytes) == (300, 200)
+
+
+def test_an_offloaded_cpu_layer_moves_its_cache_through_the_pinned_buffer(toy_machine):
+    """l1 (20 KV bytes a token) on the CPU, its prompt (2 x 3 tokens) multiplied on the GPU: the prompt's 120 bytes
+    come back as K then V, 60 bytes each, a pinned copy (60 B/s) and a host copy (30 B/s): 2 x (1 + 2) = 6 s on top
+    of the GPU's compute. The decode steps (2 tokens, below the threshold) stay on the CPU and move nothing."""
+    from sim.schedule import build_schedule
+    link = toy_machine.link.model_copy(update={"pinned_h2d_bytes_per_s": 60.0, "by_size": (), "latency_s": 0.0})
+    mem = toy_machine.host_memory.model_copy(update={"memcpy_bytes_per_s": 30.0})
+    m = toy_machine.model_copy(update={"link": link, "host_memory": mem})
+    b = Budgets(vram_bytes=10**6, ram_bytes=10**6, pinned_bytes=10**6)
+    off = build_schedule(MODEL, m, MIXED.model_copy(update={"gpu_offload_min_tokens": 6}), W, b)
+    gpu = build_schedule(MODEL, m, kv_plan(MODEL, ["gpu"] * 3, ["vram", "ram_pageable", "ram_pageable"],
+                                           pinned_staging=False), W, b)
+    cpu = build_schedule(MODEL, m, MIXED, W, b)
+    l1 = (off.unit == 1) & (off.step == 0)
+    assert off.compute_s[l1][0] == pytest.approx(gpu.compute_s[l1][0] + 6.0)
+    assert not off.on_cpu[l1][0]
+    decode = (off.unit == 1) & (off.step == 1)
+    assert off.on_cpu[decode][0] and off.compute_s[decode][0] == cpu.compute_s[decode][0]
+
+
+def test_the_engine_moves_only_the_span_through_its_buffer():
+    """StreamRun.move_kv copies positions [2, 4) of K and V through the engine's staging buffer (one tensor's span
+    at a time, so a buffer of one of them serves) and leaves every other position as it was."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from validate.stream_run import StreamRun
+    k, v = torch.arange(48.).view(1, 2, 6, 4), -torch.arange(48.).view(1, 2, 6, 4)
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    fake = SimpleNamespace(e=SimpleNamespace(kv_stage=torch.empty(2 * 2 * 4 * 4, dtype=torch.uint8)))
+    StreamRun.move_kv(fake, (k, v), (dk, dv), slice(2, 4))
+    assert torch.equal(dk[:, :, 2:4], k[:, :, 2:4]) and torch.equal(dv[:, :, 2:4], v[:, :, 2:4])
+    assert not dk[:, :, :2].any() and not dk[:, :, 4:].any() and not dv[:, :, 4:].any()
 
 
 def test_ram_short_of_a_cpu_layers_cache_is_refused_in_one_sentence():

@@ -304,7 +304,8 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eag
     link_sizes = (MiB, 16 * MiB, 128 * MiB) if quick else (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB)
     gpu_grid = dict(batches=(1, 4), prompts=(8, 32), layers=2, new_tokens=3) if quick else {}
     cpu_grid = dict(batches=(1, 4), prompts=(8, 32), layers=2, new_tokens=3) if quick or not cuda else \
-        dict(batches=(1, 4, 16), prompts=(16, 64), layers=3, new_tokens=5)  # 12 decode samples a point: CPU times vary
+        dict(batches=(1, 4, 16), prompts=(16, 64), layers=3, new_tokens=5,  # 12 decode samples a point: CPU times
+             contexts=(1024, 4096))                                             # vary; the cache's cost by length
     with tqdm(steps, desc="calibrate", unit="step") as bar:
         for step in bar:
             bar.set_postfix_str(step)

@@ -81,16 +81,20 @@ def unit_times(events, kinds: dict[str, str]) -> dict[tuple[int, str], list[floa
 
 def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4, 16), prompts=(32, 512, 2048),
                   layers: int = 3, new_tokens: int = 5, progress=None, graphs: bool = True,
-                  memory: str = "pageable") -> list[ComputeGrid]:
+                  memory: str = "pageable", contexts: tuple[int, ...] = ()) -> list[ComputeGrid]:
     """Grids for embedding, decoder and head of `config`'s architecture on `device` ('gpu' or 'cpu'), launched as
     CUDA graphs per unit (`graphs`, as offloadsim's engine runs on a GPU) or eagerly (as the peers run). On the CPU
     the weights sit in `memory` ('pageable' or 'pinned' RAM: on the H200 host a CPU layer read pinned weights up to
-    30% faster, docs/validation.md)."""
+    30% faster, docs/validation.md). `contexts` (CPU with a GPU only): longer prompts whose decode steps extend the
+    decode axis, their prefill multiplied on the GPU as the engine does for a big step, so a long cache costs
+    seconds, not the minutes a CPU prefill of it would (the CPU's attention over a long cache was unmeasured and
+    cost a Qwen3-8B layer 4x its short-context time, call M, docs/validation.md)."""
     from sim.families import shape_from_config
     from sim.plan import Workload
     from sim.policies import make_plan
     from validate.engine import Engine
     cuda = torch.cuda.is_available()
+    prompts = tuple(prompts)
     cfg = dict(config, num_hidden_layers=layers)
     cfg.pop("rope_scaling", None)
     shape = shape_from_config(cfg)
@@ -105,14 +109,22 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
     dispatch = "graph" if graphs and cuda and not on_cpu else "eager"
     kinds = {u.name: u.kind for u in shape.units}
     engine.run(Workload(batch=1, prompt_tokens=min(prompts), new_tokens=3))  # warm-up: handles, allocator, caches
+    if contexts and min(contexts) <= max(batches):
+        raise ValueError(f"contexts: {min(contexts)} must exceed the largest batch {max(batches)} (the prompt "
+                         "offloads, the decode steps stay on the CPU); give longer contexts.")
+    contexts = tuple(contexts) if on_cpu and cuda else ()
+    long_engine = Engine(None, cfg, shape, plan.model_copy(update={"gpu_offload_min_tokens": max(batches) + 1}),
+                         machine, blobs=blobs, graphs=graphs) if contexts else None
     pre = {k: np.zeros((len(batches), len(prompts))) for k in KINDS}
-    dec = {k: np.zeros((len(batches), len(prompts))) for k in KINDS}
+    dec = {k: np.zeros((len(batches), len(prompts) + len(contexts))) for k in KINDS}
     for bi, b in enumerate(batches):
-        for pi, p in enumerate(prompts):
-            run = engine.run(Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens))
+        for pi, p in enumerate(prompts + contexts):
+            run = (engine if pi < len(prompts) else long_engine).run(
+                Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens))
             times = unit_times(run.events, kinds)
             for k in KINDS:
-                pre[k][bi, pi] = float(np.median(times[(0, k)]))
+                if pi < len(prompts):
+                    pre[k][bi, pi] = float(np.median(times[(0, k)]))
                 dec[k][bi, pi] = float(np.median([t for s in range(1, new_tokens) for t in times[(s, k)]]))
             if progress:
                 progress(f"{device} {dispatch}{' pinned' if pinned else ''} b{b} p{p}")
@@ -128,7 +140,8 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
         out.append(ComputeGrid(unit=signature(u, family), device=device, dispatch=dispatch,
                                memory=("pinned" if pinned else "pageable") if on_cpu else "vram", batch=tuple(batches),
                                prefill_tokens=tuple(prompts), prefill_s=tuple(map(tuple, pre[u.kind].tolist())),
-                               decode_context=tuple(p + new_tokens - 1 for p in prompts), decode_s=tuple(map(tuple, dec[u.kind].tolist())),
+                               decode_context=tuple(p + new_tokens - 1 for p in prompts + contexts),
+                               decode_s=tuple(map(tuple, dec[u.kind].tolist())),
                                source=src))
     return out
 

@@ -19,7 +19,7 @@ import torch
 from hwmodels.specs import MachineSpec
 from sim.equations import STAGED_TIERS
 from sim.events import Event
-from sim.memory import streamed_units
+from sim.memory import offload_kv_copy_bytes, streamed_units
 from sim.plan import Plan, Workload
 from sim.shapes import ModelShape
 from validate import model as M
@@ -115,6 +115,7 @@ class Engine:
                 self.packed[u.name] = read_bytes(self.store / self.files[u.name]["zst"], self.zmeta[u.name])
         sch_units = [u.name for u in self.shape.units if self.tiers[u.name].tier != "vram"]
         self.vram_slots: list[torch.Tensor] = []
+        self.kv_stage = self._host_buffer(0, False)
         self._size_slots(None)
         staged = [n for n in sch_units if self.tiers[n].tier in STAGED_TIERS]
         pslot = max((self.meta[n]["nbytes"] for n in staged), default=0)
@@ -135,6 +136,11 @@ class Engine:
             self.vram_slots = []  # freed before the larger ones are taken
             self.vram_slots = [torch.empty(slot, dtype=torch.uint8, device=self.device)
                                for _ in range(self.plan.vram_slots)]
+        # the pinned host buffer a CPU layer's K and V pass through, one at a time, to and from the GPU
+        stage = offload_kv_copy_bytes(self.shape, self.plan, w) // 2 if w is not None and self.cuda else 0
+        if stage > self.kv_stage.numel():
+            self.kv_stage = self._host_buffer(0, False)
+            self.kv_stage = self._host_buffer(stage, True)
 
     def drop_page_cache(self) -> None:
         if self.store is None:

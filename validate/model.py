@@ -95,10 +95,19 @@ def decoder_layer(x: torch.Tensor, w: dict[str, torch.Tensor], arch: Arch, cache
         cache.v.index_copy_(2, pos, v)
         keys, values = cache.k, cache.v
         mask = (torch.arange(keys.shape[2], device=pos.device) <= pos).view(1, 1, 1, -1)  # the positions written
-    if arch.heads != arch.kv_heads:  # expanded K/V let SDPA pick its fused kernel (with GQA heads it falls back to
-        rep = arch.heads // arch.kv_heads  # the math kernel: S x S scores in memory, allocator-bound timings)
-        keys, values = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
-    attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=(pos is None and start == 0 and s > 1))
+    rep = arch.heads // arch.kv_heads
+    if rep > 1 and pos is not None and x.device.type == "cpu":
+        # one decode token on the CPU: the query heads that share a KV head become that head's query rows (one
+        # position, one mask), so no copy of the cache is made; repeating the cache cost 30 ms a layer at 8 x 2048
+        # tokens on the H200 host (call M, docs/validation.md)
+        attn = F.scaled_dot_product_attention(q.reshape(b, arch.kv_heads, rep, arch.head_dim), keys, values,
+                                              attn_mask=mask).reshape(b, arch.heads, 1, arch.head_dim)
+    else:
+        if rep > 1:  # expanded K/V let SDPA pick its fused kernel (with GQA heads it falls back to the math
+            # kernel: S x S scores in memory, allocator-bound timings)
+            keys, values = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
+        attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                              is_causal=(pos is None and start == 0 and s > 1))
     x = x + F.linear(attn.transpose(1, 2).reshape(b, s, -1), w["self_attn.o_proj.weight"])
     h = rms_norm(x, w["post_attention_layernorm.weight"], arch.eps)
     gate = F.silu(F.linear(h, w["mlp.gate_proj.weight"])) * F.linear(h, w["mlp.up_proj.weight"])
