@@ -181,7 +181,7 @@ def run_case(entry: dict, case: tuple, ref, store: Path, config: dict, shape, ma
 
 
 def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tokens: int, tiny: bool,
-             limit: int | None, repeats: int = 0, layers: int | None = None) -> None:
+             limit: int | None, repeats: int = 0, layers: int | None = None, only: str = "") -> None:
     """Prepare one architecture, check the resident engine against transformers and itself, then run its plans
     (the first `limit`, then `repeats` of them again in fresh engines) until the deadline."""
     from hwmodels.presets import load_machine
@@ -209,7 +209,8 @@ def run_arch(arch: str, work: Path, result: dict, save, deadline: float, new_tok
     again = resident.run(Workload(batch=4, prompt_tokens=512, new_tokens=new_tokens))
     entry["resident_repeat"] = exactness(reference(4, 512), again)
     log(arch, "transformers", entry["transformers"], "repeat", entry["resident_repeat"])
-    todo = cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec, new_tokens)[:limit]
+    todo = [c for c in cases(shape, machine, lambda **k: Budgets.of(machine, **k), codec, new_tokens)
+            if only in c[0]][:limit]
     todo += [(f"{c[0]} (repeat)",) + c[1:] for c in todo if not c[3]][:repeats]  # fresh engines: the spread
     for case in todo:
         if time.perf_counter() > deadline:
@@ -234,6 +235,7 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="small shapes on whatever device there is (a smoke test)")
     ap.add_argument("--layers", type=int, default=None, help="cut every architecture to this many layers "
                     "(default: benchmarks/archs.py's count)")
+    ap.add_argument("--only", default="", help="only the cases whose label contains this text")
     a = ap.parse_args()
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -249,7 +251,7 @@ def main() -> None:
         arch, n, r = (spec.split(":") + ["", ""])[:3]
         try:
             run_arch(arch, Path(a.work), result, save, deadline, a.new_tokens, a.tiny, int(n) if n else None,
-                     int(r) if r else 0, a.layers)
+                     int(r) if r else 0, a.layers, a.only)
         except Exception as exc:
             result["archs"].append({"arch": arch, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
             log(arch, "FAILED", exc)

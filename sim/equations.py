@@ -88,12 +88,15 @@ def copy_time_s(nbytes: float, machine: MachineSpec, pinned: bool = True) -> flo
 def kv_move_s(nbytes: float, machine: MachineSpec) -> float:
     """Moving `nbytes` of one layer's K and V between its cache in RAM and a copy on the GPU, as offloadsim's engine
     does around a CPU-held layer it multiplies on the GPU (validate/stream_run.py, move_kv): K, then V, each a host
-    copy into a pinned buffer and a pinned copy over the link (the link's pinned speed both ways: 55.3 GB/s device to
-    host against 55.5 host to device on the H200 machine, shared/reference/h200-probe.json)."""
+    copy between the cache and a pinned buffer and a pinned copy over the link. The link at its pinned speed both
+    ways (55.3 GB/s device to host against 55.5 host to device on the H200 machine, shared/reference/h200-probe.json);
+    the host copy, which torch spreads over its threads, at half the CPU's memory bandwidth (it reads and writes each
+    byte). Measured on the H200 (call N, docs/validation.md): a prompt's 67 and 201 MB came back in 3.5-4.1 and
+    9.7-11.5 ms, 15-30% under this price."""
     if nbytes <= 0:
         return 0.0
     half = nbytes / 2
-    return 2 * (copy_time_s(half, machine) + half / machine.host_memory.memcpy_bytes_per_s)
+    return 2 * (copy_time_s(half, machine) + half / (machine.cpu.memory_bytes_per_s / 2))
 
 
 def pin_time_s(nbytes: float, machine: MachineSpec) -> float:

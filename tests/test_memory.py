@@ -56,12 +56,13 @@ def test_a_prompt_offloaded_to_the_gpu_copies_one_cpu_layers_cache_there():
 
 def test_an_offloaded_cpu_layer_moves_its_cache_through_the_pinned_buffer(toy_machine):
     """l1 (20 KV bytes a token) on the CPU, its prompt (2 x 3 tokens) multiplied on the GPU: the prompt's 120 bytes
-    come back as K then V, 60 bytes each, a pinned copy (60 B/s) and a host copy (30 B/s): 2 x (1 + 2) = 6 s on top
-    of the GPU's compute. The decode steps (2 tokens, below the threshold) stay on the CPU and move nothing."""
+    come back as K then V, 60 bytes each, a pinned copy (60 B/s) and a host copy (half the CPU's 60 B/s of memory
+    bandwidth: it reads and writes): 2 x (1 + 2) = 6 s on top of the GPU's compute. The decode steps (2 tokens,
+    below the threshold) stay on the CPU and move nothing."""
     from sim.schedule import build_schedule
     link = toy_machine.link.model_copy(update={"pinned_h2d_bytes_per_s": 60.0, "by_size": (), "latency_s": 0.0})
-    mem = toy_machine.host_memory.model_copy(update={"memcpy_bytes_per_s": 30.0})
-    m = toy_machine.model_copy(update={"link": link, "host_memory": mem})
+    m = toy_machine.model_copy(update={"link": link, "cpu": toy_machine.cpu.model_copy(
+        update={"memory_bytes_per_s": 60.0})})
     b = Budgets(vram_bytes=10**6, ram_bytes=10**6, pinned_bytes=10**6)
     off = build_schedule(MODEL, m, MIXED.model_copy(update={"gpu_offload_min_tokens": 6}), W, b)
     gpu = build_schedule(MODEL, m, kv_plan(MODEL, ["gpu"] * 3, ["vram", "ram_pageable", "ram_pageable"],
