@@ -20,7 +20,7 @@ from sim.fast import evaluate
 from sim.memory import MemoryUse, activation_bytes, kv_cache_bytes, unit_kv_bytes
 from sim.metrics import step_times, summary
 from sim.plan import Budgets, Placement, Plan, Workload
-from sim.schedule import COLUMNS, Schedule, build_schedule, offload_kv_move_s
+from sim.schedule import COLUMNS, Schedule, build_schedule, link_at_s, offload_kv_move_s
 from sim.shapes import ModelShape, UnitShape
 
 Settings = tuple[int, int, int, int | None]   # (prefetch depth, VRAM slots, pinned slots, gpu_offload_min_tokens)
@@ -34,7 +34,7 @@ RAM_PAGEABLE = TIER == "ram_pageable"
 RAM_COMPRESSED = TIER == "ram_compressed"
 # options whose units pass through a VRAM staging slot, without and with the prefill offload of CPU units
 SLOTTED = {False: ~IN_VRAM & ~ON_CPU, True: ~IN_VRAM | ON_CPU}
-ROW_COLUMNS = [c for c in COLUMNS if c not in ("unit", "step", "compute_s", "gate")]
+ROW_COLUMNS = [c for c in COLUMNS if c not in ("unit", "step", "compute_s", "gate", "link_at_s")]
 
 
 class Evaluator:
@@ -61,11 +61,13 @@ class Evaluator:
         self.fixed_vram = self.kv_bytes + self.act_bytes  # the most: every layer computed on the GPU
         self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
         # a CPU-option unit multiplied on the GPU for a big step moves its cache (sim.schedule.offload_kv_move_s)
-        moves: dict[tuple[int, int], float] = {}
+        moves: dict[tuple[int, int], tuple[float, float]] = {}
         for ui, st in zip(self.unit.tolist(), self.step.tolist()):
             if (ui, st) not in moves:
-                moves[ui, st] = offload_kv_move_s(model.units[ui], machine, w, st)
-        self.kv_move = np.array([moves[k] for k in zip(self.unit.tolist(), self.step.tolist())], dtype=float)
+                moves[ui, st] = (offload_kv_move_s(model.units[ui], machine, w, st),
+                                 link_at_s(model.units[ui], machine, w, st))
+        self.kv_move, self.kv_link_at = np.array([moves[k] for k in zip(self.unit.tolist(), self.step.tolist())],
+                                                 dtype=float).reshape(-1, 2).T
         # one flat table per column over (offload, option, unit): an item's value is one take
         self.flat = like.flat if like else self._flat()
         # the items' steps as runs of one step: a step's end is the latest end of its runs (sim.metrics.step_times)
@@ -165,8 +167,9 @@ class Evaluator:
             got = {c: self.flat[c].take(idx) for c in ROW_COLUMNS}
             streamed_expert = self.is_expert & ((TIER[assign] != "vram") | ON_CPU[assign])
             got["gate"] = np.where(streamed_expert[self.unit], self.router_gate, -1)
-            comp = np.where(got["on_cpu"], self.comp[1], self.comp[0] + np.where(ON_CPU[assign][self.unit],
-                                                                                 self.kv_move, 0.0))
+            moved = ON_CPU[assign][self.unit] & ~got["on_cpu"]
+            comp = np.where(got["on_cpu"], self.comp[1], self.comp[0] + np.where(moved, self.kv_move, 0.0))
+            got["link_at_s"] = np.where(moved, self.kv_link_at, -1.0)
             if self.comp_pinned is not None:
                 comp = np.where(got["on_cpu"] & PINNED[assign][self.unit], self.comp_pinned, comp)
             got["compute_s"] = comp

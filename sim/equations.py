@@ -96,7 +96,12 @@ def kv_move_s(nbytes: float, machine: MachineSpec) -> float:
     if nbytes <= 0:
         return 0.0
     half = nbytes / 2
-    return 2 * (copy_time_s(half, machine) + half / (machine.cpu.memory_bytes_per_s / 2))
+    return 2 * (copy_time_s(half, machine) + kv_host_copy_s(half, machine))
+
+
+def kv_host_copy_s(nbytes: float, machine: MachineSpec) -> float:
+    """A host copy of `nbytes` of cache between RAM and the pinned buffer (kv_move_s)."""
+    return nbytes / (machine.cpu.memory_bytes_per_s / 2)
 
 
 def pin_time_s(nbytes: float, machine: MachineSpec) -> float:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.pagecache import PageCache
-from sim.pipeline import rules
+from sim.pipeline import known as _known_py, rules
 from sim.schedule import GPU_LOAD, Schedule
 
 
@@ -41,7 +41,7 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
     found, hits, misses = cache_found(sch)
     c_start, c_end, ready = _recurrence(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src,
                                         d, blocking, lat, cold, warm, sch.startup_s, sch.on_cpu, sch.compute_s,
-                                        sch.overhead_s, float(sch.contention))
+                                        sch.overhead_s, float(sch.contention), sch.link_at_s)
     return FastResult(c_start, c_end, ready, hits, misses)
 
 
@@ -86,17 +86,6 @@ def _resident_before(key: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     return out
 
 
-def _known_py(j, i, load, gate, pf, vram_src, blocking):
-    """Whether load j (> i) is fixed once item i's compute has started: every event it waits for is a compute start
-    of an item <= i or a compute end of an item < i (d >= 1; a copy that waits for a later event starts after item
-    i's compute ends, and every later load copies after it)."""
-    if pf[j] > i or gate[j] >= i:
-        return False
-    if load[j] == GPU_LOAD and (blocking[j] or vram_src[j] >= i):
-        return False
-    return True
-
-
 def _contended_py(t, work, f, loads, lo, hi, load, copy_start, ready):
     """When a CPU compute of `work` seconds alone, starting at t, ends: while a copy to the GPU runs it progresses
     at 1/f of its speed (cpu.copy_contention); the copies are those of loads[lo:hi], in order on one copier."""
@@ -128,13 +117,15 @@ except ImportError:  # pragma: no cover - numba is a dependency; the plain funct
 
 
 def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src, d, blocking,
-                   lat, cold, warm, startup, on_cpu, work_s, over_s, contention):
+                   lat, cold, warm, startup, on_cpu, work_s, over_s, contention, link_at):
     """The pipeline as a max-plus recurrence, item by item (compiled by numba when it is installed). `comp_s`: an
     item's time on its compute lane (the engine's overhead, then its compute). Loads are laid out in load order
     through the reader, unpacker and copier lanes, each one before its item's compute; with `contention` != 1 a CPU
-    item's compute (`work_s`, after `over_s`) slows while copies run, so first every load already fixed when it
-    starts is laid out (`_known`) and the copies among them set its end (`_contended`). One code path lays out a
-    load (numba passes arrays to a called function at a reference-count cost per call)."""
+    item's compute (`work_s`, after `over_s`) slows while copies run, and an item that needs the link `link_at`
+    seconds into its compute waits there for the copier (sim.pipeline), so for both first every load already fixed
+    when it starts is laid out (`_known`): the copies among them set its end (`_contended`), or the copier's end
+    after them its wait. One code path lays out a load (numba passes arrays to a called function at a
+    reference-count cost per call)."""
     n = len(load)
     c_start = np.zeros(n)
     c_end = np.zeros(n)
@@ -148,6 +139,7 @@ def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf
     prev_end = 0.0
     for i in range(n):
         contended = contention != 1.0 and on_cpu[i] and d >= 1
+        linked = link_at[i] >= 0
         started = False
         while True:
             go = False
@@ -155,7 +147,7 @@ def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf
                 j = loads[done]
                 go = (j == i) if not started else _known(j, i, load, gate, pf, vram_src, blocking)
             if not go:
-                if started or not contended:
+                if started or not (contended or linked and d >= 1):
                     break
                 started = True
                 c_start[i] = ready[i] if load[i] and ready[i] > prev_end else prev_end
@@ -207,6 +199,11 @@ def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf
                 after += 1
             prev_end = _contended(c_start[i] + over_s[i], work_s[i], contention, loads, after, done, load,
                                   copy_start, ready)
+        elif linked:                         # the link is free once the copies queued before it are done
+            t = c_start[i] + over_s[i] + link_at[i]
+            if copier_free > t:
+                t = copier_free
+            prev_end = t + work_s[i] - link_at[i]
         else:
             prev_end = c_start[i] + comp_s[i]
         c_end[i] = prev_end
@@ -222,5 +219,5 @@ else:  # pragma: no cover
 def warm_up() -> None:
     """Compile (or load from numba's cache) the recurrence now, so a caller's time budget is spent on work."""
     i, b, f = np.zeros(1, np.int64), np.zeros(1, np.bool_), np.zeros(1)
-    _recurrence(i, b, f, f, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0, 0.0, b, f, f, 2.0)
+    _recurrence(i, b, f, f, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0, 0.0, b, f, f, 2.0, f - 1)
     PageCache(1.0, [(0, 1.0, True)]).read_many(i, f + 2.0)

@@ -8,6 +8,10 @@ A load runs read (storage) -> unpack -> copy (link) -> compute (GPU or CPU), eve
 - `vram_from[i]`: its VRAM slot is the one freed when that item's compute ends (V slots, round robin);
 - `blocking[i]`: its copy waits for the previous item's compute to end (a blocking copy, or pageable memory).
 The SimPy timeline, the fast evaluator and the engine all take these from `rules()`; -1 means no such wait.
+An item that needs the link itself (`link_at_s`: a CPU-held unit multiplied on the GPU moves its cache there,
+validate/stream_run.py) waits, that far into its compute, for the copies of every load fixed when its compute
+started (`known`): those were queued on the link before it (measured on the H200, call O: the transfer waited for
+the weight copy in flight, one engine per direction). Nothing queued after it starts before its compute ends.
 One resource is shared rather than queued: host memory. While the copy engine runs, CPU compute progresses at
 1 / `Schedule.contention` of its speed (cpu.copy_contention, measured by calibrate as a CPU layer's time beside
 copies); the timeline arbitrates it as `HostMemory`, the fast evaluator lays out the copies already fixed when a
@@ -52,3 +56,28 @@ def rules(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots: in
                  pin_from=_round_robin(np.flatnonzero(sch.pinned_slot), max(pinned_slots, 1), n),
                  vram_from=_round_robin(np.flatnonzero(sch.load == GPU_LOAD), vram_slots, n),
                  blocking=np.asarray(blocking, dtype=np.bool_))
+
+
+def known(j, i, load, gate, pf, vram_src, blocking):
+    """Whether load j (> i) is fixed once item i's compute has started: every event it waits for is a compute start
+    of an item <= i or a compute end of an item < i (d >= 1; a copy that waits for a later event starts after item
+    i's compute ends, and every later load copies after it)."""
+    if pf[j] > i or gate[j] >= i:
+        return False
+    if load[j] == GPU_LOAD and (blocking[j] or vram_src[j] >= i):
+        return False
+    return True
+
+
+def link_after(sch: Schedule, r: Rules, prefetch_depth: int) -> np.ndarray:
+    """Per item that needs the link (link_at_s >= 0): the last load fixed when its compute starts, whose copy it
+    waits for (the loads up to its own, then, with prefetch, the run of later loads `known` then); -1 elsewhere."""
+    out = np.full(len(sch), -1)
+    loads = r.loads
+    for i in np.flatnonzero(np.asarray(sch.link_at_s) >= 0).tolist():
+        k = int(np.searchsorted(loads, i, side="right"))
+        while prefetch_depth >= 1 and k < len(loads) and known(loads[k], i, sch.load, sch.gate, r.window,
+                                                               r.vram_from, r.blocking):
+            k += 1
+        out[i] = loads[k - 1] if k > 0 else -1
+    return out

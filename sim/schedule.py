@@ -13,7 +13,7 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from sim.compute import compute_sources, cpu_compute_s, gpu_compute_s
-from sim.equations import STAGED_TIERS, copy_time_s, kv_move_s, unpack_time_s
+from sim.equations import STAGED_TIERS, copy_time_s, kv_host_copy_s, kv_move_s, unpack_time_s
 from sim.memory import MemoryUse, check_plan
 from sim.pagecache import PageCache
 from sim.plan import Budgets, Plan, Workload
@@ -25,7 +25,8 @@ GPU_LOAD, CPU_READ = 1, 2
 MMAP_HIT_BYTES_PER_S = 1e15  # a mapped page-cache hit where the host's map speed is not measured: no cost of its own
 COLUMNS = {"unit": np.int64, "step": np.int64, "on_cpu": np.bool_, "load": np.int64, "read_bytes": np.float64,
            "unpack_s": np.float64, "copy_s": np.float64, "copy_bytes": np.float64, "compute_s": np.float64,
-           "pinned_slot": np.bool_, "blocking": np.bool_, "overhead_s": np.float64, "gate": np.int64}
+           "pinned_slot": np.bool_, "blocking": np.bool_, "overhead_s": np.float64, "gate": np.int64,
+           "link_at_s": np.float64}
 
 
 @dataclass
@@ -45,6 +46,9 @@ class Schedule:
     blocking: list[bool] = field(default_factory=list)   # the copy waits for the previous item's compute to end
     overhead_s: list[float] = field(default_factory=list)  # the engine's host cost of a streamed item, on the compute lane
     gate: list[int] = field(default_factory=list)        # item whose compute end gates this load (router), or -1
+    # seconds into the item's compute at which it needs the link to the GPU (a CPU-held unit multiplied there moves
+    # its cache over it, sim.pipeline); -1: never
+    link_at_s: list[float] = field(default_factory=list)
     n_steps: int = 0
     startup_s: float = 0.0                               # no load starts before this (the engine's stage threads)
     contention: float = 1.0                              # CPU compute runs this many times slower while a copy runs
@@ -168,10 +172,16 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     shape_of = functools.partial(_step_shape, w, peer is None)
     if not model.is_moe:  # dense: every step runs every unit in order, so a step's columns are the unit rows
         _dense_steps(sch, rows, row, compute_time, len(units), w, plan, shape_of)
+    else:
+        _moe_steps(sch, rows, row, compute_time, model, plan, w, shape_of)
+    moved = np.array(kv_moved)[np.asarray(sch.unit, dtype=np.int64)] & ~np.asarray(sch.on_cpu, dtype=bool)
+    sch.link_at_s = np.full(len(sch.unit), -1.0)
+    for k in np.flatnonzero(moved).tolist():
+        sch.link_at_s[k] = link_at_s(units[int(sch.unit[k])], machine, w, int(sch.step[k]))
+    if not model.is_moe:
         if w.warm:
             sch.warm_keys = _warm_contents(sch.finalize())
         return sch.finalize()
-    _moe_steps(sch, rows, row, compute_time, model, plan, w, shape_of)
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
     return sch.finalize()
@@ -183,6 +193,14 @@ def offload_kv_move_s(unit, machine: MachineSpec, w: Workload, s: int) -> float:
     kv = unit.kv_bytes_per_token * w.batch
     return kv_move_s(kv * (w.prompt_tokens + s - 1 if s else 0), machine) + \
         kv_move_s(kv * (1 if s else w.prompt_tokens), machine)
+
+
+def link_at_s(unit, machine: MachineSpec, w: Workload, s: int) -> float:
+    """When, into an offloaded unit's compute at step `s`, its cache's first transfer to the GPU needs the link:
+    after the host copy of its keys (validate/stream_run.py, move_kv). -1 for a step with nothing written before."""
+    if s == 0 or not unit.kv_bytes_per_token:
+        return -1.0
+    return kv_host_copy_s(unit.kv_bytes_per_token * w.batch * (w.prompt_tokens + s - 1) / 2, machine)
 
 
 def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, peer,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import simpy
 
 from sim.events import Event
-from sim.pipeline import rules
+from sim.pipeline import link_after, rules
 from sim.pagecache import PageCache
 from sim.schedule import CPU_READ, GPU_LOAD, Schedule
 
@@ -50,6 +50,7 @@ class Timeline:
     def __init__(self, sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots: int, pinned_slots: int,
                  reader_threads: int = 1):
         self.rules = rules(sch, prefetch_depth, overlap_copy, vram_slots, pinned_slots)
+        self.link_after = link_after(sch, self.rules, prefetch_depth).tolist()
         self.blocking = self.rules.blocking.tolist()
         self.sch = _Columns(sch)
         self.env = env = simpy.Environment()
@@ -176,6 +177,11 @@ class Timeline:
                 t0 = self.env.now
                 if s.on_cpu[i] and self.host_memory is not None:
                     yield from self.host_memory.cpu_work(s.compute_s[i])
+                elif s.link_at_s[i] >= 0:  # its transfer to the GPU waits for the copies queued before it
+                    yield self.env.timeout(s.link_at_s[i])
+                    if self.link_after[i] >= 0:
+                        yield self.ready[self.link_after[i]]
+                    yield self.env.timeout(s.compute_s[i] - s.link_at_s[i])
                 else:
                     yield self.env.timeout(s.compute_s[i])
                 self.record(i, "compute", dev, t0)

@@ -46,13 +46,18 @@ def test_fast_evaluator_equals_simpy(case):
 
 
 @settings(max_examples=150, deadline=None)
-@given(cases(), st.data(), st.sampled_from([1.0, 1.5, 3.0]))
-def test_fast_evaluator_equals_simpy_with_cpu_units_and_contention(case, data, factor):
-    """Units computed on the CPU (from RAM or disk), slowed while copies run (host memory shared with the copier)."""
+@given(cases(), st.data(), st.sampled_from([1.0, 1.5, 3.0]), st.sampled_from([None, 1, 3]), st.sampled_from([0, 2]))
+def test_fast_evaluator_equals_simpy_with_cpu_units_and_contention(case, data, factor, offload, kv):
+    """Units computed on the CPU (from RAM or disk), slowed while copies run (host memory shared with the copier);
+    with an offload threshold, multiplied on the GPU for big steps, their cache moved over the link (kv bytes a
+    token: a transfer that waits for the copies queued before it)."""
     from sim.plan import Placement
     model, plan, w, b = case
+    model = model.model_copy(update={"units": tuple(u.model_copy(update={"kv_bytes_per_token": kv})
+                                                    if u.expert is None else u for u in model.units)})
+    b = b.model_copy(update={"ram_bytes": b.ram_bytes + 1000 * kv})  # the CPU layers' cache lives in RAM
     on_cpu = data.draw(st.lists(st.booleans(), min_size=len(model.units), max_size=len(model.units)))
-    plan = plan.model_copy(update={"placements": tuple(
+    plan = plan.model_copy(update={"gpu_offload_min_tokens": offload, "placements": tuple(
         Placement(unit=p.unit, tier=p.tier, compute="cpu" if c and p.tier in CPU_TIERS else "gpu")
         for p, c in zip(plan.placements, on_cpu))})
     machine = TOY.model_copy(update={"cpu": TOY.cpu.model_copy(update={"copy_contention": factor})})
