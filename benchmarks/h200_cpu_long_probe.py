@@ -6,8 +6,9 @@ took 6.7 ms where its grid says 9.2. Host drift or something the grid does not d
 and in alternating rounds on one shape (random weights, engines built as calibrate builds them):
 
   grid: the CPU grid's engine (3 layers, every unit on the CPU, the prompt multiplied on the GPU), batch 4, 8, 16;
-  plan: the matrix's plan (8 layers; embedding, head and the last 4 decoders resident on the GPU; the first 4 on
-        the CPU from pageable RAM; the prompt multiplied on the GPU), batch 8.
+  plan: 8 layers; embedding, head and the last 4 decoders resident on the GPU; the first 4 on the CPU from
+        pageable RAM; the prompt multiplied on the GPU; batch 8;
+  plan-streamed: the matrix's plan, the same with the last 4 decoders streamed from pinned RAM every step.
 
 Each row: the median over decode steps 2.. and CPU decoders 1.. (the first of each step also waits for the GPU).
 
@@ -44,21 +45,24 @@ def main() -> None:
     machine = load_machine("h200-testbox")
     engines = {}
     gen = "cuda" if torch.cuda.is_available() else "cpu"
-    for label, layers in (("grid", 3), ("plan", 8)):
+    for label, layers in (("grid", 3), ("plan", 8), ("plan-streamed", 8)):
         cfg = make_config(preset, **dict(over, num_hidden_layers=layers))
         cfg.pop("rope_scaling", None)
         shape = shape_from_config(cfg)
         dec = [u.name for u in shape.units if u.kind == "decoder"]
         cpu = [u.name for u in shape.units] if label == "grid" else dec[:len(dec) // 2]
         tiers = {u.name: "ram_pageable" if u.name in cpu else "vram" for u in shape.units}
-        plan = make_plan(shape, machine, label, tiers, {n: "cpu" for n in cpu}, gpu_offload_min_tokens=17)
+        if label == "plan-streamed":  # as in the matrix: the GPU half streamed from pinned RAM every step
+            tiers.update({n: "ram_pinned" for n in dec[len(dec) // 2:]})
+        plan = make_plan(shape, machine, label, tiers, {n: "cpu" for n in cpu}, gpu_offload_min_tokens=17,
+                         prefetch_depth=2, vram_slots=3, pinned_slots=3)
         engines[label] = (Engine(None, cfg, shape, plan, machine, blobs=random_blobs(cfg, shape, gen)), set(cpu))
     out = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(), "arch": a.arch,
            "prompt": a.prompt, "torch": torch.__version__, "rows": []}
     for e, _ in engines.values():
         e.run(Workload(batch=1, prompt_tokens=32, new_tokens=3))  # warm-up
     for r in range(a.rounds):
-        for label, batches in (("grid", (4, 8, 16)), ("plan", (8,))):
+        for label, batches in (("grid", (4, 8, 16)), ("plan", (8,)), ("plan-streamed", (8,))):
             e, cpu = engines[label]
             for b in batches:
                 run = e.run(Workload(batch=b, prompt_tokens=a.prompt, new_tokens=6))
