@@ -62,7 +62,9 @@ def cases(shape, machine, budgets_of, codec, new_tokens: int = 6):
     ]
     w1 = Workload(batch=1, prompt_tokens=32, new_tokens=new_tokens)
     b_small = budgets_of(vram=min_vram_bytes(shape, w1) + int(0.4 * total))
-    out.append(("llamacpp-like CPU compute", POLICIES["llamacpp"](shape, machine, w1, b_small), b_small, False, 1, 32))
+    # llama.cpp's placement, run (and so predicted) as offloadsim's engine runs it
+    like = POLICIES["llamacpp"](shape, machine, w1, b_small).model_copy(update={"engine": "offloadsim"})
+    out.append(("llamacpp-like CPU compute", like, b_small, False, 1, 32))
     big_dec = max(u.nbytes for u in shape.units if u.kind == "decoder")
     for frac, (b, p) in zip((0.4, 0.55, 0.7, 0.85), ((1, 512), (4, 32), (16, 2048), (1, 2048))):
         w = Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens)  # budgets: 'barely streams' to 'nearly fits'

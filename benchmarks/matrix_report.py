@@ -44,10 +44,13 @@ def repredict(entry: dict, run: dict) -> dict:
     shape = ModelShape.model_validate(entry["shape"])
     plan, budgets = Plan.model_validate(run["plan"]), Budgets.model_validate(run["budgets"])
     w = Workload.model_validate(run["workload"]).model_copy(update={"warm": not run["cold"]})
-    need = memory_use(shape, plan, w, budgets).vram_bytes
+    # every plan ran on offloadsim's engine, the llama.cpp-like placement of calls before O too (with llama.cpp's
+    # schedule rules, which the time below keeps): the memory is that engine's
+    need = memory_use(shape, plan.model_copy(update={"engine": "offloadsim"}), w, budgets).vram_bytes
     # a plan made by the memory model of its day that today's refuses (it needs more than its budget: the engine
     # held that much, docs/validation.md) is still timed as it ran, with the VRAM it took
-    sim = simulate(shape, machine, plan, w, budgets.model_copy(update={"vram_bytes": max(budgets.vram_bytes, need)}))
+    room = max(budgets.vram_bytes, need, memory_use(shape, plan, w, budgets).vram_bytes)
+    sim = simulate(shape, machine, plan, w, budgets.model_copy(update={"vram_bytes": room}))
     pred_events = [[e.token, e.unit, e.stage, e.start_s, e.end_s] for e in sim.events]
     meas = run["measured"]
     row = {"file": run["_file"], "arch": entry["arch"], "layers": shape.n_blocks, "label": run["label"], "batch": run["batch"],
@@ -69,15 +72,22 @@ def repredict(entry: dict, run: dict) -> dict:
     if "gpu_memory" in run:  # the memory model of today against the allocator's peak (calls from M on)
         row.update(vram_pred_bytes=need,
                    vram_meas_bytes=run["gpu_memory"]["measured_peak_bytes"],
-                   unused_slots=unused_slot_bytes(shape, plan, w))
+                   unused_slots=unused_slot_bytes(shape, plan, w, run["_file"]))
         row["vram_err_pct"] = err(row["vram_pred_bytes"], row["vram_meas_bytes"])
     return row
 
 
-def unused_slot_bytes(shape: ModelShape, plan: Plan, w: Workload) -> int:
+# the calls whose engine sized its VRAM slots by every non-resident unit (validate/engine.py sizes them by
+# sim.memory.streamed_units from commit 0f20859 on)
+SLOTS_BY_EVERY_UNIT = frozenset({"matrix-m.json"})
+
+
+def unused_slot_bytes(shape: ModelShape, plan: Plan, w: Workload, file: str) -> int:
     """VRAM the engine of call M took in staging slots beyond what the units it staged needed: it sized its slots by
-    every non-resident unit, CPU-computed ones too (validate/engine.py sizes them by sim.memory.streamed_units
-    since). Those runs measured that engine, not today's: left out of the memory figures and counted apart."""
+    every non-resident unit, CPU-computed ones too. Those runs measured that engine, not today's: left out of the
+    memory figures and counted apart. 0 for the calls after it."""
+    if Path(file).name not in SLOTS_BY_EVERY_UNIT:
+        return 0
     t = plan.tiers()
     then = max((u.nbytes for u in shape.units if t[u.name].tier != "vram"), default=0)
     now = max((u.nbytes for u in shape.units if u.name in streamed_units(shape, plan, w)), default=0)
