@@ -56,6 +56,7 @@ class Evaluator:
         self.nb = np.array([u.nbytes for u in model.units], dtype=float)
         self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)
         self.is_expert = np.array([u.expert is not None for u in model.units])
+        self.is_embedding = np.array([u.kind == "embedding" for u in model.units])
         self.kv_bytes, self.act_bytes = kv_cache_bytes(model, w), activation_bytes(model, w)
         self.unit_kv = np.array(unit_kv_bytes(model, w), dtype=np.int64)  # on the device that computes the unit
         self.fixed_vram = self.kv_bytes + self.act_bytes  # the most: every layer computed on the GPU
@@ -119,6 +120,10 @@ class Evaluator:
             per_opt = np.bincount(assign, weights=self.nb, minlength=len(OPTIONS))   # exact below 2**53 bytes
             top = np.zeros(len(OPTIONS), dtype=np.int64)   # per option, its largest unit (0: none)
             np.maximum.at(top, assign, self.nb_int)
+            # offloaded (a big step): the CPU options' units pass through the slots, a CPU embedding excepted (its
+            # rows are looked up in place, sim.memory.streamed_units)
+            top_off = np.where(ON_CPU, 0, top)
+            np.maximum.at(top_off, assign, np.where(self.is_embedding | ~ON_CPU[assign], 0, self.nb_int))
             ram_w = int(round(per_opt[RAM_PAGEABLE].sum()))
             if present[RAM_COMPRESSED].any():
                 ratio = self.codec.ratio if self.codec else 1.0
@@ -128,8 +133,9 @@ class Evaluator:
                 "kv_gpu": int(self.unit_kv[~cpu].sum()), "kv_cpu": int(self.unit_kv[cpu].sum()),
                 "kv_copy": int(self.unit_kv[cpu].max(initial=0)),  # sim.memory.split_kv_bytes
                 "compressed": bool((present & COMPRESSED).any()),
-                "slot": {off: int(top[opts].max()) for off, opts in SLOTTED.items()},
-                "pin_slot": {off: int(top[opts & STAGED].max()) for off, opts in SLOTTED.items()},
+                "slot": {off: int(t[opts].max()) for (off, opts), t in zip(SLOTTED.items(), (top, top_off))},
+                "pin_slot": {off: int(t[opts & STAGED].max())
+                             for (off, opts), t in zip(SLOTTED.items(), (top, top_off))},
                 "vram": int(round(per_opt[IN_VRAM].sum())), "ram": ram_w, "pinned": int(round(per_opt[PINNED].sum()))})
         return self._last[1]
 
@@ -161,7 +167,7 @@ class Evaluator:
             self._columns = (key, {})
         got = self._columns[1].get(off_step.tobytes())
         if got is None:
-            off = off_step[self.step]
+            off = off_step[self.step] & ~self.is_embedding[self.unit]  # a CPU embedding is never offloaded
             n_opt, n_unit = len(OPTIONS), len(self.nb)
             idx = (off * n_opt + assign[self.unit]) * n_unit + self.unit
             got = {c: self.flat[c].take(idx) for c in ROW_COLUMNS}

@@ -230,11 +230,12 @@ def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, gpu_ex
     units, t = model.units, plan.tiers()
 
     def row(ui: int, offload: bool) -> tuple:
-        # a peer's offload is decided per operation: it looks rows of a CPU-held embedding up in place (llama.cpp
-        # never offloads GET_ROWS), and its head sees one token per sequence (the last position's logits)
+        # rows of a CPU-held embedding are looked up in place, never the table copied (llama.cpp never offloads
+        # GET_ROWS; offloadsim's engine neither: sim.memory.streamed_units gives it no slot); a peer's offload is
+        # decided per operation, and its head sees one token per sequence (the last position's logits)
         kind = units[ui].kind
         small_head = kind == "lm_head" and w.batch < (plan.gpu_offload_min_tokens or 0)
-        offload = offload and not (peer is not None and (kind == "embedding" or small_head))
+        offload = offload and not (kind == "embedding" or peer is not None and small_head)
         return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload)
     return row
 

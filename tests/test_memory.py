@@ -167,3 +167,35 @@ def test_engine_stages_only_what_streams(tmp_path):
     largest = max(u.nbytes for u in shape.units if u.name in dec)
     assert [b.numel() for b in e.vram_slots] == [largest, largest]
     assert torch.is_tensor(e.vram_slots[0])
+
+
+def test_a_cpu_embedding_is_looked_up_in_place_never_staged(tmp_path):
+    """Embedding and decoders on the CPU (llama.cpp's placement), the prompt multiplied on the GPU: the embedding's
+    rows are looked up in place, never the table staged, so the slots are the decoders' (a table larger than the
+    slots once overflowed them: a crash on the H200, call P), and the simulator lays out no copy of it either."""
+    pytest.importorskip("torch")
+    from sim.models import load_model
+    from sim.policies import make_plan
+    from sim.schedule import build_schedule
+    from tests.conftest import TOY
+    from validate.checkpoint import make_checkpoint, make_config
+    from validate.engine import Engine
+    from validate.store import build_store
+    cfg = make_config("llama-3.1-8b", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=2048)
+    cfg.pop("rope_scaling", None)
+    make_checkpoint(cfg, tmp_path / "ckpt", device="cpu")
+    shape = load_model(str(tmp_path / "ckpt"))
+    build_store(tmp_path / "ckpt", shape, tmp_path / "store", compress=False, threads=1)
+    cpu = [u.name for u in shape.units if u.kind in ("embedding", "decoder")]
+    largest = max(u.nbytes for u in shape.units if u.kind == "decoder")
+    assert next(u.nbytes for u in shape.units if u.kind == "embedding") > largest
+    plan = make_plan(shape, TOY, "t", {u.name: "ram_pageable" if u.name in cpu else "vram" for u in shape.units},
+                     {n: "cpu" for n in cpu}, vram_slots=2, gpu_offload_min_tokens=8)
+    w = Workload(batch=2, prompt_tokens=4, new_tokens=2)
+    sch = build_schedule(shape, TOY, plan, w, Budgets(vram_bytes=10**9, ram_bytes=10**9, pinned_bytes=10**9))
+    assert sch.on_cpu[0] and not sch.load[0] and not sch.on_cpu[1]  # embedding on the CPU, decoder 0 offloaded
+    e = Engine(tmp_path / "store", cfg, shape, plan, TOY, device="cpu")
+    run = e.run(w)
+    assert [b.numel() for b in e.vram_slots] == [largest, largest]
+    assert not [ev for ev in run.events if ev.unit == cpu[0] and ev.stage == "copy"]
