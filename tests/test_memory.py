@@ -139,23 +139,29 @@ def test_a_decoders_live_activations_hand_worked(arch, elements):
     assert activation_bytes(shape, w) == 4 * 512 * (2 * elements + 8) + 4 * 4 * shape.vocab
 
 
+def toy_store(tmp_path, vocab: int):
+    """A 2-layer Llama-shaped random checkpoint of `vocab` tokens and its layer store: (config, shape)."""
+    from sim.models import load_model
+    from validate.checkpoint import make_checkpoint, make_config
+    from validate.store import build_store
+    cfg = make_config("llama-3.1-8b", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=vocab)
+    cfg.pop("rope_scaling", None)
+    make_checkpoint(cfg, tmp_path / "ckpt", device="cpu")
+    shape = load_model(str(tmp_path / "ckpt"))
+    build_store(tmp_path / "ckpt", shape, tmp_path / "store", compress=False, threads=1)
+    return cfg, shape
+
+
 def test_engine_stages_only_what_streams(tmp_path):
     """offloadsim's engine takes VRAM staging slots for the units that pass through them, as sim.memory counts
     them: none for a plan that computes every non-resident layer on the CPU, and, for a plan that multiplies them
     on the GPU for a big prompt, slots of the largest once a run's prompt reaches the threshold."""
     torch = pytest.importorskip("torch")
-    from sim.models import load_model
     from sim.policies import make_plan
     from tests.conftest import TOY
-    from validate.checkpoint import make_checkpoint, make_config
     from validate.engine import Engine
-    from validate.store import build_store
-    cfg = make_config("llama-3.1-8b", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128)
-    cfg.pop("rope_scaling", None)
-    make_checkpoint(cfg, tmp_path / "ckpt", device="cpu")
-    shape = load_model(str(tmp_path / "ckpt"))
-    build_store(tmp_path / "ckpt", shape, tmp_path / "store", compress=False, threads=1)
+    cfg, shape = toy_store(tmp_path, 128)
     dec = [u.name for u in shape.units if u.kind == "decoder"]
     tiers = {u.name: "ram_pageable" if u.name in dec else "vram" for u in shape.units}
     plan = make_plan(shape, TOY, "t", tiers, {n: "cpu" for n in dec}, vram_slots=2, gpu_offload_min_tokens=8)
@@ -174,19 +180,11 @@ def test_a_cpu_embedding_is_looked_up_in_place_never_staged(tmp_path):
     rows are looked up in place, never the table staged, so the slots are the decoders' (a table larger than the
     slots once overflowed them: a crash on the H200, call P), and the simulator lays out no copy of it either."""
     pytest.importorskip("torch")
-    from sim.models import load_model
     from sim.policies import make_plan
     from sim.schedule import build_schedule
     from tests.conftest import TOY
-    from validate.checkpoint import make_checkpoint, make_config
     from validate.engine import Engine
-    from validate.store import build_store
-    cfg = make_config("llama-3.1-8b", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=2048)
-    cfg.pop("rope_scaling", None)
-    make_checkpoint(cfg, tmp_path / "ckpt", device="cpu")
-    shape = load_model(str(tmp_path / "ckpt"))
-    build_store(tmp_path / "ckpt", shape, tmp_path / "store", compress=False, threads=1)
+    cfg, shape = toy_store(tmp_path, 2048)
     cpu = [u.name for u in shape.units if u.kind in ("embedding", "decoder")]
     largest = max(u.nbytes for u in shape.units if u.kind == "decoder")
     assert next(u.nbytes for u in shape.units if u.kind == "embedding") > largest
