@@ -117,3 +117,58 @@ def test_validate_bad_plan(ckpt, capsys):
 def test_validate_missing_checkpoint(capsys, tmp_path):
     rc = main(["validate", "--checkpoint", str(tmp_path / "nope"), "--plan", "stream"])
     assert rc == 2 and "is not a folder" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny checkpoint whose embedding table (4096 x 128) outweighs a decoder, and its layer store."""
+    from validate.store import build_store
+    out = tmp_path_factory.mktemp("wide") / "tiny"
+    args = [*TINY[:-1], "4096"]
+    assert main(["make-checkpoint", "--preset", "qwen3-14b", *args, "--out", str(out)]) == 0
+    build_store(out, load_model(str(out)), out.parent / "store", threads=2)
+    return out, out.parent / "store"
+
+
+def test_engine_runs_any_plan_the_simulator_accepts_as_simulated(wide):
+    """Random plans (tiers, CPU compute, loader settings, an offload threshold): the engine runs each one the memory
+    model accepts without overflowing a buffer it sized (a CPU embedding offloaded for a big prompt once overflowed
+    the staging slots, call P), executes exactly the copies and computes the simulator lays out, and its tokens and
+    logits are bit-identical to the all-resident run (every unit on the CPU device here, so the same kernels)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from hwmodels import get_machine
+    from sim.equations import machine_codec
+    from sim.simulate import simulate
+    from validate.engine import Engine
+    ckpt, store = wide
+    shape, machine = load_model(str(ckpt)), get_machine("rtx3080-laptop")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    big = Budgets(vram_bytes=2**40, ram_bytes=2**40, pinned_bytes=2**40)
+    emb = next(u.nbytes for u in shape.units if u.kind == "embedding")
+    assert emb > max(u.nbytes for u in shape.units if u.kind == "decoder")
+    tiers = ["vram", "ram_pinned", "ram_pageable", "ram_compressed", "disk_raw", "disk_compressed"]
+    refs = {}
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.tuples(st.sampled_from(tiers), st.booleans()), min_size=len(shape.units),
+                    max_size=len(shape.units)),
+           st.integers(0, 2), st.integers(1, 3), st.sampled_from([None, 1, 6, 12]), st.integers(1, 2),
+           st.integers(2, 6))
+    def check(units, depth, slots, offload, batch, prompt):
+        w = Workload(batch=batch, prompt_tokens=prompt, new_tokens=3)
+        placements = tuple(Placement(unit=u.name, tier=t, compute="cpu" if c and t in ("ram_pinned", "ram_pageable",
+                                                                                       "disk_raw") else "gpu")
+                           for u, (t, c) in zip(shape.units, units))
+        plan = Plan(model=shape.name, machine=machine.name, placements=placements, prefetch_depth=min(depth, slots),
+                    vram_slots=slots, pinned_slots=2, codec=machine_codec(machine), gpu_offload_min_tokens=offload)
+        if (batch, prompt) not in refs:
+            refs[batch, prompt] = Engine(store, cfg, shape, POLICIES["resident"](shape, machine, w, big), machine,
+                                         "cpu").run(w)
+        run = Engine(store, cfg, shape, plan, machine, "cpu").run(w)
+        sim = simulate(shape, machine, plan, w, big)
+        done = {(e.token, e.unit, e.stage) for e in run.events if e.stage in ("copy", "compute")}
+        assert done == {(e.token, e.unit, e.stage) for e in sim.events if e.stage in ("copy", "compute")}
+        assert torch.equal(run.tokens, refs[batch, prompt].tokens)
+        assert all(torch.equal(a, b) for a, b in zip(run.logits, refs[batch, prompt].logits))
+    check()
