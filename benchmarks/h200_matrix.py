@@ -33,7 +33,7 @@ def log(*a):
 def cases(shape, machine, budgets_of, codec, new_tokens: int = 6):
     """(label, plan, budgets, cold, batch, prompt): the matrix rows for one architecture."""
     from planner import plan_with_report
-    from sim.memory import min_vram_bytes
+    from sim.memory import memory_use, min_vram_bytes
     from sim.plan import Workload
     from sim.policies import POLICIES, make_plan
     names = [u.name for u in shape.units]
@@ -64,7 +64,9 @@ def cases(shape, machine, budgets_of, codec, new_tokens: int = 6):
     b_small = budgets_of(vram=min_vram_bytes(shape, w1) + int(0.4 * total))
     # llama.cpp's placement, run (and so predicted) as offloadsim's engine runs it
     like = POLICIES["llamacpp"](shape, machine, w1, b_small).model_copy(update={"engine": "offloadsim"})
-    out.append(("llamacpp-like CPU compute", like, b_small, False, 1, 32))
+    need = memory_use(shape, like, w1, b_small).vram_bytes  # that engine's staging, not llama.cpp's buffers
+    b_like = b_small if need <= b_small.vram_bytes else budgets_of(vram=need)  # (call Q: refused at 1.25 GiB)
+    out.append(("llamacpp-like CPU compute", like, b_like, False, 1, 32))
     big_dec = max(u.nbytes for u in shape.units if u.kind == "decoder")
     for frac, (b, p) in zip((0.4, 0.55, 0.7, 0.85), ((1, 512), (4, 32), (16, 2048), (1, 2048))):
         w = Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens)  # budgets: 'barely streams' to 'nearly fits'
