@@ -150,10 +150,34 @@ def prepare_arch(arch: str, work: Path, tiny: bool, layers: int | None = None) -
     entry = {"arch": arch, "config": {k: config.get(k) for k in ("model_type", "hidden_size", "intermediate_size",
                                                                   "num_attention_heads", "num_key_value_heads",
                                                                   "head_dim", "vocab_size", "num_hidden_layers")},
-             "calibrate_s": time.perf_counter() - t, "profile": prof, "runs": [],
+             "calibrate_s": time.perf_counter() - t, "profile": prof, "runs": [], "host_gbps": host_gbps(),
              "shape": json.loads(shape.model_dump_json())}
     log(arch, "calibrated", f"{entry['calibrate_s']:.0f}s")
     return ckpt, store, shape, config, prof_path, entry
+
+
+_HOST_REF: list = []
+
+
+def host_gbps() -> float:
+    """The host's CPU speed now: a bf16 matrix-vector product over 256 MiB on the engine's CPU threads, the median
+    of 5, in GB/s. Timed after calibration and before every run, so a CPU row's miss can be set against how far the
+    host moved since its grids were timed (calls N-Q: up to 2x, docs/validation.md)."""
+    import statistics
+    if not _HOST_REF:
+        _HOST_REF.append(torch.randn(32768, 4096, dtype=torch.bfloat16))
+    w, x = _HOST_REF[0], torch.randn(1, 4096, dtype=torch.bfloat16)
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(1, (__import__("os").cpu_count() or 4) - 2))
+    try:
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            times.append(time.perf_counter() - t)
+    finally:
+        torch.set_num_threads(old)
+    return w.numel() * 2 / statistics.median(times) / 1e9
 
 
 def run_case(entry: dict, case: tuple, ref, store: Path, config: dict, shape, machine, new_tokens: int) -> None:
@@ -165,12 +189,13 @@ def run_case(entry: dict, case: tuple, ref, store: Path, config: dict, shape, ma
     t = time.perf_counter()
     w = Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens)
     try:
+        host = host_gbps()
         engine = Engine(store, config, shape, plan, machine, cold=cold)
         rep, run, _ = validate_plan(engine, shape, machine, plan, w, budgets, cold, ref(b, p))
         rep.update(label=label, batch=b, prompt=p, gpu_only=all(x.compute == "gpu" for x in plan.placements),
                    tiers=sorted({x.tier for x in plan.placements}), seconds=time.perf_counter() - t,
                    plan=json.loads(plan.model_dump_json()), workload=json.loads(w.model_dump_json()),
-                   budgets=json.loads(budgets.model_dump_json()),
+                   budgets=json.loads(budgets.model_dump_json()), host_gbps=host,
                    measured_events=[[e.token, e.unit, e.stage, e.start_s, e.end_s] for e in run.events
                                     if e.stage in ("compute", "copy", "read", "unpack")])
         entry["runs"].append(rep)

@@ -69,6 +69,8 @@ def repredict(entry: dict, run: dict) -> dict:
                    compute_meas_s=stage["measured_s"], as_recorded=True)
     for k in ("tpot", "ttft", "compute", "load"):
         row[f"{k}_err_pct"] = err(row[f"{k}_pred_s"], row[f"{k}_meas_s"])
+    if "host_gbps" in run and entry.get("host_gbps"):  # the host's CPU speed at the run against after calibration
+        row["host_vs_calibration"] = run["host_gbps"] / entry["host_gbps"]
     if "gpu_memory" in run:  # the memory model of today against the allocator's peak (calls from M on)
         row.update(vram_pred_bytes=need,
                    vram_meas_bytes=run["gpu_memory"]["measured_peak_bytes"],
