@@ -160,15 +160,17 @@ _HOST_REF: list = []
 
 
 def host_gbps() -> float:
-    """The host's CPU speed now: a bf16 matrix-vector product over 256 MiB on the engine's CPU threads, the median
-    of 5, in GB/s. Timed after calibration and before every run, so a CPU row's miss can be set against how far the
-    host moved since its grids were timed (calls N-Q: up to 2x, docs/validation.md)."""
+    """The host's CPU speed now: a bf16 matrix-vector product over 256 MiB on as many threads as the engine's CPU
+    compute takes, the median of 5, in GB/s. Timed after calibration and before every run, so a CPU row's miss can
+    be set against how far the host moved since its grids were timed (calls N-Q: up to 2x, docs/validation.md)."""
+    import os
     import statistics
+    from validate.engine import RESERVED_CORES
     if not _HOST_REF:
         _HOST_REF.append(torch.randn(32768, 4096, dtype=torch.bfloat16))
     w, x = _HOST_REF[0], torch.randn(1, 4096, dtype=torch.bfloat16)
     old = torch.get_num_threads()
-    torch.set_num_threads(max(1, (__import__("os").cpu_count() or 4) - 2))
+    torch.set_num_threads(max(1, (os.cpu_count() or 4) - RESERVED_CORES))
     try:
         times = []
         for _ in range(5):

@@ -68,8 +68,12 @@ def split_kv_bytes(model: ModelShape, plan: Plan, w: Workload) -> tuple[int, int
     layer's cache has a copy on the GPU (one at a time: the largest counts) and half of it in a pinned host buffer
     (offload_kv_copy_bytes)."""
     t = plan.tiers()
-    gpu = sum(kv for u, kv in zip(model.units, unit_kv_bytes(model, w)) if t[u.name].compute == "gpu")
-    cpu = sum(kv for u, kv in zip(model.units, unit_kv_bytes(model, w)) if t[u.name].compute != "gpu")
+    gpu = cpu = 0
+    for u, kv in zip(model.units, unit_kv_bytes(model, w)):
+        if t[u.name].compute == "cpu":
+            cpu += kv
+        else:
+            gpu += kv
     copy = offload_kv_copy_bytes(model, plan, w)
     return gpu + copy, cpu + copy // 2
 

@@ -174,17 +174,13 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         _dense_steps(sch, rows, row, compute_time, len(units), w, plan, shape_of)
     else:
         _moe_steps(sch, rows, row, compute_time, model, plan, w, shape_of)
-    moved = np.array(kv_moved)[np.asarray(sch.unit, dtype=np.int64)] & ~np.asarray(sch.on_cpu, dtype=bool)
     sch.link_at_s = np.full(len(sch.unit), -1.0)
-    for k in np.flatnonzero(moved).tolist():
+    sch.finalize()
+    for k in np.flatnonzero(np.array(kv_moved)[sch.unit] & ~sch.on_cpu).tolist():
         sch.link_at_s[k] = link_at_s(units[int(sch.unit[k])], machine, w, int(sch.step[k]))
-    if not model.is_moe:
-        if w.warm:
-            sch.warm_keys = _warm_contents(sch.finalize())
-        return sch.finalize()
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
-    return sch.finalize()
+    return sch
 
 
 def offload_kv_move_s(unit, machine: MachineSpec, w: Workload, s: int) -> float:

@@ -93,6 +93,9 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
     from sim.plan import Workload
     from sim.policies import make_plan
     from validate.engine import Engine
+    if contexts and min(contexts) <= max(batches):
+        raise ValueError(f"contexts: {min(contexts)} must exceed the largest batch {max(batches)} (the prompt "
+                         "offloads, the decode steps stay on the CPU); give longer contexts.")
     cuda = torch.cuda.is_available()
     prompts = tuple(prompts)
     cfg = dict(config, num_hidden_layers=layers)
@@ -109,9 +112,6 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
     dispatch = "graph" if graphs and cuda and not on_cpu else "eager"
     kinds = {u.name: u.kind for u in shape.units}
     engine.run(Workload(batch=1, prompt_tokens=min(prompts), new_tokens=3))  # warm-up: handles, allocator, caches
-    if contexts and min(contexts) <= max(batches):
-        raise ValueError(f"contexts: {min(contexts)} must exceed the largest batch {max(batches)} (the prompt "
-                         "offloads, the decode steps stay on the CPU); give longer contexts.")
     contexts = tuple(contexts) if on_cpu and cuda else ()
     long_engine = Engine(None, cfg, shape, plan.model_copy(update={"gpu_offload_min_tokens": max(batches) + 1}),
                          machine, blobs=blobs, graphs=graphs) if contexts else None

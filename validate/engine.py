@@ -139,7 +139,7 @@ class Engine:
         # the pinned host buffer a CPU layer's K and V pass through, one at a time, to and from the GPU
         stage = offload_kv_copy_bytes(self.shape, self.plan, w) // 2 if w is not None and self.cuda else 0
         if stage > self.kv_stage.numel():
-            self.kv_stage = self._host_buffer(0, False)
+            self.kv_stage = self._host_buffer(0, False)  # freed before the larger one is pinned
             self.kv_stage = self._host_buffer(stage, True)
 
     def drop_page_cache(self) -> None:
