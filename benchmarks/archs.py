@@ -63,6 +63,10 @@ ARCHS = {
     "smollm-360m": ("llama-3.1-8b", dict(num_hidden_layers=32, hidden_size=960, intermediate_size=2560,
                                          num_attention_heads=15, num_key_value_heads=5, head_dim=64,
                                          vocab_size=49152)),
+    # a head tied to the embedding, as Llama-3.2-1B's own (AirLLM keeps that matrix resident; airllm policy)
+    "llama-1b-tied": ("llama-3.1-8b", dict(num_hidden_layers=16, hidden_size=2048, intermediate_size=8192,
+                                           num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                                           tie_word_embeddings=True)),
     "moe-60x4": ("qwen3-235b-a22b", dict(num_hidden_layers=24, hidden_size=2048, num_attention_heads=16,
                                          num_key_value_heads=16, moe_intermediate_size=1408,
                                          num_experts=60, num_experts_per_tok=4, vocab_size=151936)),

@@ -22,6 +22,7 @@ import gc
 import json
 import shutil
 import subprocess
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -97,10 +98,47 @@ def accelerate_run(ckpt: Path, work: Path, vocab: int, device_map, max_memory, b
     return res
 
 
+class Phases:
+    """Where AirLLM's time goes: wall time inside its per-module steps (airllm 4.0 airllm_base.py), summed per run.
+    `load_layer_to_cpu` (safetensors load + pin) runs on the prefetch thread, overlapped; `_pre_hook` waits for it
+    and copies the module to the GPU; `_post_hook` moves it to meta and calls `clean_memory` (gc.collect,
+    malloc_trim, torch.cuda.empty_cache), timed on its own too, and its `gc.collect`. Installed before the model is built, since the hooks
+    are bound then; two clock reads a call against AirLLM's 0.2-0.4 s a module."""
+    NAMES = ("load_layer_to_cpu", "move_layer_to_device", "_pre_hook", "_post_hook")
+
+    def __init__(self):
+        self.sums: dict[str, list[float]] = {}
+
+    def wrap(self, name: str, fn):
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                rec = self.sums.setdefault(name, [0.0, 0])
+                rec[0] += time.perf_counter() - t
+                rec[1] += 1
+        return timed
+
+    def install(self) -> None:
+        import airllm.airllm_base as base
+        for name in self.NAMES:
+            setattr(base.AirLLMBaseModel, name, self.wrap(name, getattr(base.AirLLMBaseModel, name)))
+        base.clean_memory = self.wrap("clean_memory", base.clean_memory)
+        gc.collect = self.wrap("gc.collect", gc.collect)  # its first part (airllm.utils looks it up at each call)
+
+    def take(self) -> dict:
+        out = {k: {"total_s": v[0], "calls": v[1]} for k, v in self.sums.items()}
+        self.sums = {}
+        return out
+
+
 def airllm_runs(ckpt: Path, work: Path, vocab: int, cases, new_tokens: int, dev: str, sync) -> list[dict]:
     import airllm
     from airllm.airllm_base import AirLLMBaseModel
     AirLLMBaseModel.get_tokenizer = lambda self, hf_token=None: None  # random checkpoints ship no tokenizer
+    phases = Phases()
+    phases.install()
     shards = work / "airllm"
     t = time.perf_counter()
     model = airllm.AutoModel.from_pretrained(str(ckpt), layer_shards_saving_path=str(shards),
@@ -112,14 +150,37 @@ def airllm_runs(ckpt: Path, work: Path, vocab: int, cases, new_tokens: int, dev:
         with torch.no_grad():
             timed_generate(model, ids[:, :8], 2, sync)  # warm-up: the shards are in the page cache after it
             dropped = drop_caches() if cold else False
+            phases.take()
             res = timed_generate(model, ids, new_tokens, sync)
-        res.update(batch=batch, prompt=prompt_tokens, cold=cold, caches_dropped=dropped, split_s=split_s)
+        res.update(batch=batch, prompt=prompt_tokens, cold=cold, caches_dropped=dropped, split_s=split_s,
+                   phases=phases.take(), gc_objects=len(gc.get_objects()))
         out.append(res)
         log("airllm", f"b{batch} p{prompt_tokens} cold={cold}", f"ttft {res['ttft_s']:.3f} tpot {res['time_per_token_s']:.3f}")
     del model
     gc.collect()
     shutil.rmtree(shards, ignore_errors=True)
     return out
+
+
+def airllm_in_fresh_process(ckpt: Path, vocab: int, cases, new_tokens: int, dev: str) -> list[dict]:
+    """`airllm_runs` in a new interpreter, as a user runs AirLLM: its cleanup after every module walks all the
+    objects of its process, and this one holds the calibration's and Accelerate's too."""
+    job = ckpt.parent / "airllm-job.json"
+    job.write_text(json.dumps({"ckpt": str(ckpt), "vocab": vocab, "cases": cases, "new_tokens": new_tokens,
+                               "dev": dev, "out": str(ckpt.parent / "airllm-runs.json")}))
+    subprocess.run([sys.executable, "-m", "benchmarks.h200_peers", "--airllm-job", str(job), "--out", "-"],
+                   check=True)
+    return json.loads((ckpt.parent / "airllm-runs.json").read_text())
+
+
+def airllm_job(path: Path) -> None:
+    """The child of `airllm_in_fresh_process`."""
+    job = json.loads(path.read_text())
+    dev = job["dev"]
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    ckpt = Path(job["ckpt"])
+    runs = airllm_runs(ckpt, ckpt.parent, job["vocab"], [tuple(c) for c in job["cases"]], job["new_tokens"], dev, sync)
+    Path(job["out"]).write_text(json.dumps(runs, default=float))
 
 
 def exported_plan(shape, machine, w, vram: int, ram: int) -> dict:
@@ -175,7 +236,8 @@ RUNSETS = {
     "disk": [("all GPU", 1.5, None, 1, 128), ("GPU 60%", 0.6, None, 1, 128), ("GPU 30%", 0.3, None, 1, 128),
              ("GPU 30%, CPU 20%", 0.3, 0.2, 1, 128), ("GPU 30%, CPU 20%", 0.3, 0.2, 4, 128),
              ("GPU 30%, CPU 50%", 0.3, 0.5, 1, 128), ("GPU 30%, CPU 75%", 0.3, 0.75, 1, 128),
-             ("GPU 60%, CPU 20%", 0.6, 0.2, 1, 128), ("GPU 60%, CPU 20%", 0.6, 0.2, 4, 128)]}
+             ("GPU 60%, CPU 20%", 0.6, 0.2, 1, 128), ("GPU 60%, CPU 20%", 0.6, 0.2, 4, 128)],
+    "none": []}  # AirLLM only
 
 
 def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens: int, dev: str, sync, deadline: float,
@@ -233,14 +295,14 @@ def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, 
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     vocab = config["vocab_size"]
     accelerate_runs(entry, ckpt, vocab, shape.total_bytes, new_tokens, dev, sync, deadline, save, runset)
-    for share in export_shares:
+    for share in export_shares if runset != "none" else ():
         if time.perf_counter() < deadline:
             exported_run(entry, ckpt, shape, machine, vocab, new_tokens, dev, sync, share)
             save()
     if airllm and time.perf_counter() < deadline:
         try:
-            entry["airllm"] = airllm_runs(ckpt, ckpt.parent, vocab, [(1, 128, False), (4, 128, False), (1, 128, True)],
-                                          new_tokens, dev, sync)
+            entry["airllm"] = airllm_in_fresh_process(ckpt, vocab, [(1, 128, False), (4, 128, False), (1, 128, True)],
+                                                      new_tokens, dev)
         except Exception as exc:
             entry["airllm"] = [{"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}]
             log(entry["arch"], "airllm FAILED", exc)
@@ -271,7 +333,10 @@ def main() -> None:
     ap.add_argument("--no-airllm", action="store_true", help="skip AirLLM")
     ap.add_argument("--export-shares", type=shares, default=(0.3,),
                     help="GPU budgets of the exported plans, as shares of the weights")
+    ap.add_argument("--airllm-job", default=None, help=argparse.SUPPRESS)  # the child of airllm_in_fresh_process
     a = ap.parse_args()
+    if a.airllm_job:
+        return airllm_job(Path(a.airllm_job))
     if a.probe_hf:
         return probe_hf_step(Path(a.out))
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -279,7 +344,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     import accelerate
     import transformers
-    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(__import__("sys").argv),
+    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv),
               "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "torch": torch.__version__,
               "transformers": transformers.__version__, "accelerate": accelerate.__version__, "archs": []}
     try:

@@ -24,7 +24,9 @@ from validate.peer_calibration import PeerRun, fit, predict, with_peer
 
 # every architecture's runs of these kinds fit the costs; all other runs are held out
 CALIBRATION = {("accelerate", "all GPU", 1), ("accelerate", "GPU 60%", 1), ("accelerate", "GPU 30%", 1), ("airllm", "warm", 1)}
-MEASURED = ("disk_tensor_s", "disk_header_entry_s")  # peer costs calibrate measures on the host, not fitted here
+# peer costs calibrate measures on the host, not fitted here (AirLLM's cleanup per module since the 23rd session:
+# where a profile has it, every AirLLM run is held out)
+MEASURED = {"accelerate": ("disk_tensor_s", "disk_header_entry_s"), "airllm": ("load_unit_s",)}
 DEVICE = {"0": "vram", "cuda:0": "vram", "cpu": "ram_pageable", "disk": "disk_raw"}
 
 
@@ -38,6 +40,11 @@ def tiers_from_map(shape: ModelShape, hf_map: dict, on_gpu: bool) -> dict[str, s
         keys = [k for k in hf_map if k == "" or mod == k or mod.startswith(k + ".")]
         out[u.name] = DEVICE[str(hf_map[max(keys, key=len)])]
     return out
+
+
+def cleanup_measured(entry: dict) -> bool:
+    """calibrate timed AirLLM's cleanup per module on that host (validate/module_cleanup.py)."""
+    return "module_cleanup" in entry["profile"].get("calibration", {}).get("measurements", {})
 
 
 def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, str, bool, PeerRun, dict]]:
@@ -66,9 +73,13 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
         w = Workload(batch=r["batch"], prompt_tokens=r["prompt"], new_tokens=len(r["token_gaps_s"]) + 1)
         plan = POLICIES["airllm"](shape, machine, w, big)
         kind = "cold" if r["cold"] else "warm"
-        calib = ("airllm", kind, r["batch"]) in CALIBRATION
+        calib = ("airllm", kind, r["batch"]) in CALIBRATION and not cleanup_measured(entry)
+        extra = {}
+        if r.get("phases"):  # AirLLM's own steps, timed in the run (benchmarks/h200_peers.py Phases)
+            c = r["phases"]["clean_memory"]
+            extra = {"cleanup_per_module_s": c["total_s"] / c["calls"], "gc_objects": r.get("gc_objects")}
         out.append(("airllm", kind, calib, PeerRun(kind, plan, w.model_copy(update={"warm": not r["cold"]}), big,
-                                                     r["time_per_token_s"], r["ttft_s"]), {}))
+                                                     r["time_per_token_s"], r["ttft_s"]), extra))
     return out
 
 
@@ -89,14 +100,18 @@ def main() -> None:
         # calibrate measured of them on that host (MEASURED)
         prof = e["profile"]["machine"]
         machine = MachineSpec.model_validate({k: v for k, v in prof.items() if k != "peers"})
-        acc = prof.get("peers", {}).get("accelerate", {})
-        machine = with_peer(machine, "accelerate", machine.peers["accelerate"].model_copy(
-            update={k: acc[k] for k in MEASURED if k in acc}))
+        for engine, fields in MEASURED.items():
+            if engine == "airllm" and not cleanup_measured(e):
+                continue
+            got = prof.get("peers", {}).get(engine, {})
+            machine = with_peer(machine, engine, machine.peers[engine].model_copy(
+                update={k: got[k] for k in fields if k in got}))
         loaded.append((e, shape, machine, runs_of(e, shape, machine)))
     specs = {}
     for engine in ("accelerate", "airllm"):
         cal = [(shape, machine, r) for e, shape, machine, runs in loaded for eng, _, c, r, _ in runs if eng == engine and c]
-        if not cal:  # not measured in these files
+        if not cal:  # not measured in these files, or (AirLLM) every cost measured by calibrate
+            specs[engine] = None
             continue
         src = (f"measured: fitted on {len(cal)} {engine} runs ({', '.join(r.label for _, _, r in cal)}) on the H200 "
                f"test machine ({', '.join(Path(f).name for f in a.files)}; benchmarks/h200_peers.py, peers_report.py)")
@@ -105,8 +120,9 @@ def main() -> None:
     rows, held = [], {"accelerate": [], "airllm": []}
     for e, shape, machine, runs in loaded:
         for engine, kind, calib, run, extra in runs:
-            m = with_peer(machine, engine, specs[engine].model_copy(
-                update={k: getattr(machine.peers[engine], k) for k in MEASURED}))
+            measured = MEASURED[engine] if engine == "accelerate" or cleanup_measured(e) else ()
+            m = machine if specs[engine] is None else with_peer(machine, engine, specs[engine].model_copy(
+                update={k: getattr(machine.peers[engine], k) for k in measured}))
             s = predict(shape, m, run)
             err = 100 * (s["time_per_token_s"] / run.measured_tpot_s - 1)
             ttft_err = 100 * (s["ttft_s"] / run.measured_ttft_s - 1)
@@ -139,7 +155,8 @@ def main() -> None:
         print(f"{k}: held-out runs {v['runs']}, median |error| {v['median_abs_error_pct']}, "
               f"worst {v['worst_abs_error_pct']}" + (f", within 15%: {v['within_15pct']}" if "within_15pct" in v else ""))
     if a.json:
-        Path(a.json).write_text(json.dumps({"fitted": {k: v.model_dump() for k, v in specs.items()}, "held_out": summary,
+        Path(a.json).write_text(json.dumps({"fitted": {k: v.model_dump() for k, v in specs.items() if v},
+                                            "held_out": summary,
                                             "rows": rows}, indent=1))
 
 

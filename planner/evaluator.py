@@ -57,6 +57,9 @@ class Evaluator:
         self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)
         self.is_expert = np.array([u.expert is not None for u in model.units])
         self.is_embedding = np.array([u.kind == "embedding" for u in model.units])
+        # a head tied to the embedding holds no bytes of its own while both are resident (sim.memory)
+        self.tied = [(int(np.flatnonzero(self.is_embedding)[0]), i, u.tied_nbytes)
+                     for i, u in enumerate(model.units) if u.kind == "lm_head" and u.tied_nbytes]
         self.kv_bytes, self.act_bytes = kv_cache_bytes(model, w), activation_bytes(model, w)
         self.unit_kv = np.array(unit_kv_bytes(model, w), dtype=np.int64)  # on the device that computes the unit
         self.fixed_vram = self.kv_bytes + self.act_bytes  # the most: every layer computed on the GPU
@@ -136,7 +139,9 @@ class Evaluator:
                 "slot": {off: int(t[opts].max()) for (off, opts), t in zip(SLOTTED.items(), (top, top_off))},
                 "pin_slot": {off: int(t[opts & STAGED].max())
                              for (off, opts), t in zip(SLOTTED.items(), (top, top_off))},
-                "vram": int(round(per_opt[IN_VRAM].sum())), "ram": ram_w, "pinned": int(round(per_opt[PINNED].sum()))})
+                "vram": int(round(per_opt[IN_VRAM].sum())) - sum(b for e, h, b in self.tied
+                                                                 if IN_VRAM[assign[e]] and IN_VRAM[assign[h]]),
+                "ram": ram_w, "pinned": int(round(per_opt[PINNED].sum()))})
         return self._last[1]
 
     def memory(self, assign: np.ndarray, s: Settings) -> MemoryUse | None:

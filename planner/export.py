@@ -7,7 +7,7 @@ import re
 import shlex
 
 from hwmodels.units import GiB, InputError
-from sim.memory import activation_bytes, kv_cache_bytes
+from sim.memory import activation_bytes, kv_cache_bytes, resident_weight_bytes
 from sim.plan import Plan, Workload
 from sim.shapes import ModelShape
 
@@ -51,7 +51,7 @@ def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes:
                      "mapped to 'cpu' (offloaded) and will be copied in each forward.")
     if any(p.tier in ("ram_compressed", "disk_compressed") for p in plan.placements):
         notes.append("Accelerate has no lossless compressed tier; compressed units are mapped to their raw tier.")
-    weights_gpu = sum(u.nbytes for u in model.units if tiers[u.name].tier == "vram")
+    weights_gpu = resident_weight_bytes(model, plan)
     headroom = kv_cache_bytes(model, workload) + activation_bytes(model, workload)
     max_memory = {0: f"{(weights_gpu + headroom) / GiB:.2f}GiB", "cpu": f"{ram_bytes / GiB:.2f}GiB"}
     # JSON turns the GPU key 0 into the string "0", which Accelerate rejects: give the Python call as well

@@ -109,6 +109,13 @@ def streamed_units(model: ModelShape, plan: Plan, w: Workload | None = None) -> 
     return out
 
 
+def resident_weight_bytes(model: ModelShape, plan: Plan) -> int:
+    """Bytes of the weights resident on the GPU; a head tied to a resident embedding is that one matrix."""
+    t = plan.tiers()
+    emb_resident = any(t[u.name].tier == "vram" for u in model.units if u.kind == "embedding")
+    return sum(u.nbytes - (u.tied_nbytes if emb_resident else 0) for u in model.units if t[u.name].tier == "vram")
+
+
 def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> MemoryUse:
     """What the plan keeps where. A plan llama.cpp runs uses the GPU as llama.cpp does (sim/ggml_memory.py): its
     staging is the compute buffer, with the activations in it, and its KV cache only that of its GPU layers."""
@@ -132,7 +139,7 @@ def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     # the loaders keep at least one pinned buffer when they stage (sim/fast.py, sim/timeline.py, validate/engine.py)
     pinned_staging = max(plan.pinned_slots, 1) * pin_slot
     cache = budgets.ram_bytes - ram_w - pinned_w - pinned_staging - host_kv
-    return MemoryUse(resident_vram_bytes=sum(sizes[n] for n, p in t.items() if p.tier == "vram"),
+    return MemoryUse(resident_vram_bytes=resident_weight_bytes(model, plan),
                      staging_vram_bytes=staging, kv_bytes=kv, activation_bytes=act, pinned_weights_bytes=pinned_w,
                      pinned_staging_bytes=pinned_staging, ram_weights_bytes=ram_w, page_cache_bytes=max(cache, 0),
                      slot_bytes=slot, host_kv_bytes=host_kv)

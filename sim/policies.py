@@ -78,10 +78,15 @@ def _host_tiers(model: ModelShape, names: list[str], budgets: Budgets, reserve_p
 
 @register("airllm")
 def airllm(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan:
-    """Nothing resident; every unit re-read from its per-layer file each token, one read ahead on a worker thread;
-    blocking copy, no copy/compute overlap; layers up to 2 GiB pinned."""
-    biggest = max(u.nbytes for u in model.units)
-    plan = make_plan(model, machine, "airllm", {u.name: "disk_raw" for u in model.units}, prefetch_depth=1,
+    """Every unit re-read from its per-layer file each token, one read ahead on a worker thread; blocking copy, no
+    copy/compute overlap; layers up to 2 GiB pinned. A model whose head is tied to its embedding keeps that one
+    matrix resident on the GPU and streams the rest (airllm 4.0 `_install_streaming_hooks`: the embedding is loaded
+    once and the head re-tied to it; only the decoders and the final norm get streaming hooks)."""
+    tied = any(u.kind == "lm_head" and u.tied_nbytes for u in model.units)
+    resident = {"embedding", "lm_head"} if tied else set()
+    tiers = {u.name: "vram" if u.kind in resident else "disk_raw" for u in model.units}
+    biggest = max(u.nbytes for u in model.units if u.kind not in resident)
+    plan = make_plan(model, machine, "airllm", tiers, prefetch_depth=1,
                      overlap_copy=False, vram_slots=1, pinned_slots=2, pinned_staging=biggest <= 2 * GiB,
                      engine="airllm")
     check_plan(model, plan, w, budgets)

@@ -18,8 +18,8 @@ from sim.memory import MemoryUse, check_plan
 from sim.pagecache import PageCache
 from sim.plan import Budgets, Plan, Workload
 from sim.routing import ExpertRouter
-from sim.shapes import (ATTENTION_KINDS, GGML_KV_PAD, GGML_MOE_WEIGHTS, ModelShape, ggml_moe_ops, ggml_ops,
-                        ggml_weights, param_modules)
+from sim.shapes import (ATTENTION_KINDS, GGML_KV_PAD, GGML_MOE_WEIGHTS, ModelShape, UnitShape, ggml_moe_ops,
+                        ggml_ops, ggml_weights, param_modules)
 
 GPU_LOAD, CPU_READ = 1, 2
 MMAP_HIT_BYTES_PER_S = 1e15  # a mapped page-cache hit where the host's map speed is not measured: no cost of its own
@@ -262,9 +262,22 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
         unpack += u.nbytes / machine.host_memory.memcpy_bytes_per_s if gpu_load and peer.pin_each_load else 0.0
         mods = param_modules(u.kind, model.family)
         per_tensor = peer.disk_tensor_s + peer.disk_header_entry_s * model.tensors_per_shard if disk else 0.0
-        overhead = ((peer.load_module_s * mods + peer.load_unit_s) if gpu_load else 0.0) + per_tensor * mods \
+        units = airllm_modules(u, model) if plan.engine == "airllm" else float(gpu_load)
+        overhead = (peer.load_module_s * mods if gpu_load else 0.0) + peer.load_unit_s * units + per_tensor * mods \
             + (peer.step_s if ui == 0 and gpu_exec else 0.0)
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
+
+
+def airllm_modules(u: UnitShape, model: ModelShape) -> int:
+    """The modules of a unit that AirLLM streams, each cleaned up after its forward (airllm 4.0: the embedding, every
+    decoder layer, the final norm and the head; a head tied to the embedding is neither streamed nor is the
+    embedding, which stays resident, but the norm still is)."""
+    tied = any(v.kind == "lm_head" and v.tied_nbytes for v in model.units)
+    if u.kind == "embedding":
+        return 0 if tied else 1
+    if u.kind == "lm_head":  # our head unit holds the final norm too
+        return 1 if tied else 2
+    return 1
 
 
 GRAPH_WARMUP_STEPS = 2  # llama.cpp's CUDA backend: a graph whose shapes changed runs eagerly, then is captured

@@ -6,13 +6,14 @@ import pytest
 from hwmodels.specs import PeerSpec
 from planner.engines import best_accelerate_map, plan_for_engine
 from sim.families import shape_from_config
-from sim.memory import PlanError
+from sim.memory import PlanError, memory_use
 from sim.models import preset_config
 from sim.plan import Budgets, Workload
 from sim.policies import POLICIES, accelerate_map, accelerate_tiers, llamacpp_ngl
 from sim.schedule import MMAP_HIT_BYTES_PER_S, build_schedule
 from sim.simulate import fast_simulate, simulate
-from tests.toys import BIG, toy_model
+from sim.shapes import ModelShape, UnitShape
+from tests.toys import BIG, FMT, toy_model
 from validate.peer_calibration import PeerRun, fit, with_peer
 
 W = Workload(batch=1, prompt_tokens=1, new_tokens=3)
@@ -59,6 +60,32 @@ def test_airllm_loader_and_mmap_reads(toy_machine):
     ideal = POLICIES["airllm-ideal"](model, m, W, BIG)
     sch0 = build_schedule(model, m, ideal, W, BIG)
     assert ideal.engine == "offloadsim" and sch0.unpack_s.sum() == 0 and sch0.cache_bytes_per_s == 4.0
+
+
+def test_airllm_keeps_a_tied_embedding_resident(toy_machine):
+    """airllm 4.0 loads a tied embedding once onto the GPU and re-ties the head to it; only the decoder is streamed:
+    its 8 B pinned by a memcpy (0.8 s), copied pinned at 2 B/s (4 s), and its cleanup paid (1.5 s); the final norm,
+    which the head unit holds, is streamed too (1.5 s). The GPU holds the 4 B matrix once. Untied, every unit is
+    streamed and the head unit is two of AirLLM's modules (norm, head: 3 s)."""
+    units = (UnitShape(name="emb", kind="embedding", block=0, modules=("emb",), matrix_params=2, nbytes=4,
+                       flop_params=0, hidden=0, launches=0),
+             UnitShape(name="l0", kind="decoder", block=0, modules=("l0",), matrix_params=4, nbytes=8, flop_params=0,
+                       hidden=0, launches=0),
+             UnitShape(name="head", kind="lm_head", block=1, modules=("head",), matrix_params=0, nbytes=4,
+                       tied_nbytes=4, flop_params=0, hidden=0, launches=0))
+    model = ModelShape(name="tied", family="toy", weight_format=FMT, n_blocks=1, hidden=0, vocab=0, units=units)
+    m = with_peer(toy_machine, "airllm", PeerSpec(pin_each_load=True, mmap_reads=True, load_unit_s=1.5))
+    plan = POLICIES["airllm"](model, m, W, BIG)
+    assert [p.tier for p in plan.placements] == ["vram", "disk_raw", "vram"]
+    sch = build_schedule(model, m, plan, W, BIG)
+    assert sch.copy_s[:3].tolist() == pytest.approx([0, 4.0, 0])
+    assert sch.unpack_s[:3].tolist() == pytest.approx([0, 0.8, 0])
+    assert sch.overhead_s[:3].tolist() == pytest.approx([0, 1.5, 1.5])
+    assert memory_use(model, plan, W, BIG).resident_vram_bytes == 4
+    untied = model.model_copy(update={"units": units[:2] + (units[2].model_copy(update={"tied_nbytes": 0}),)})
+    plan = POLICIES["airllm"](untied, m, W, BIG)
+    assert all(p.tier == "disk_raw" for p in plan.placements)
+    assert build_schedule(untied, m, plan, W, BIG).overhead_s[:3].tolist() == pytest.approx([1.5, 1.5, 3.0])
 
 
 LLAMA6 = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=6))

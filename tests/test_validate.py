@@ -94,6 +94,11 @@ def test_full_loop_cli(ckpt, tmp_path, capsys):
                  "--dir", str(tmp_path), "--out", str(prof)]) == 0
     data = json.loads(prof.read_text())
     assert data["calibration"]["method"] and data["calibration"]["date"] and data["machine"]["storage"]["cold_read_bytes_per_s"] > 0
+    # AirLLM's cleanup after each module, timed in a fresh process holding transformers and the model on meta: a
+    # full collection of its hundreds of thousands of objects, the profile's per-unit cost of the airllm engine
+    cleanup = data["calibration"]["measurements"]["module_cleanup"]
+    assert cleanup["gc_objects"] > 100_000 and 0 < min(cleanup["rounds_s"]) <= cleanup["cleanup_s"]
+    assert data["machine"]["peers"]["airllm"]["load_unit_s"] == cleanup["cleanup_s"]
     plan = tmp_path / "plan.json"
     assert main(["plan", str(ckpt), "--machine", str(prof), "--vram", "400KB", "--ram", "4MB", "--prompt-tokens", "8",
                  "--new-tokens", "4", "--out", str(plan), "--time-budget", "0.5"]) == 0

@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from hwmodels.presets import load_machine
+from validate.module_cleanup import module_cleanup
 
 MiB = 2**20
 
@@ -298,7 +299,7 @@ def cpu_grids(config: dict, machine, grid: dict, rounds: int) -> list:
 def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eager: bool = True) -> dict:
     from validate.compute_grid import measure_grids
     m = load_machine(base)
-    steps = ["storage", "memcpy", "pin", "link", "codec", "roofline", "grid-gpu", "grid-cpu", "contention"]
+    steps = ["storage", "memcpy", "pin", "link", "codec", "roofline", "grid-gpu", "grid-cpu", "contention", "cleanup"]
     meas: dict = {}
     size = 64 * MiB if quick else 1024 * MiB
     link_sizes = (MiB, 16 * MiB, 128 * MiB) if quick else (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB)
@@ -330,6 +331,8 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eag
                 meas["grids"] += [g.model_dump() for g in cpu_grids(config, m, cpu_grid, CPU_ROUNDS)]
             elif step == "contention":
                 meas["contention"] = contention(config, m, cuda) if cuda else None
+            elif step == "cleanup":
+                meas["module_cleanup"] = module_cleanup(config, folder)
     return meas
 
 
@@ -410,6 +413,7 @@ def _overrides(m, meas: dict, cuda: bool) -> dict:
             "host_memory.map_touch_bytes_per_s": st["map_touch_bytes_per_s"],
             "peers.accelerate.disk_tensor_s": st["offload_tensor_s"],
             "peers.accelerate.disk_header_entry_s": st["offload_header_entry_s"],
+            "peers.airllm.load_unit_s": meas["module_cleanup"]["cleanup_s"],
             "cpu.unpack_bytes_per_s_per_thread": {"zstd": unpack_total / unpack_n},
             "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,
@@ -466,7 +470,8 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: 
         "method": "offloadsim calibrate: file reads after posix_fadvise(DONTNEED) (cold) and again (warm); numpy "
                   "memcpy; pinned allocation; torch pinned/pageable copies by size; zstd byte-plane decode; compute "
                   "grids timed inside the engine (batch x prompt, batch x context; validate/compute_grid.py); CPU "
-                  "decoder time beside copies (contention); roofline fallback fitted from a synchronised layer",
+                  "decoder time beside copies (contention); AirLLM's cleanup after each module in a fresh process "
+                  "(validate/module_cleanup.py); roofline fallback fitted from a synchronised layer",
         "base_preset": base, "cuda": cuda, "torch": torch.__version__,
         "measurements": {k: v for k, v in meas.items() if k not in ("grids", "config")},
         "kept_from_preset": kept_from_preset(machine.model_dump(), set(over))}}
