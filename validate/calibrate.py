@@ -451,6 +451,8 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: 
     grid with eager launches (what the peer engines pay; not needed to validate offloadsim's own engine)."""
     from hwmodels.profiles import ComputeGrid
     cuda = torch.cuda.is_available()
+    # the engine times a tied head as its own matrix: the same bytes and work per unit (it refuses tied checkpoints)
+    config = dict(config, tie_word_embeddings=False)
     meas = _measure(base, folder, config, quick, cuda, eager)
     meas["config"] = config
     m = load_machine(base)
