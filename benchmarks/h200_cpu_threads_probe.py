@@ -61,7 +61,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
     from validate.checkpoint import make_checkpoint, make_config
     n = os.cpu_count() or 4
-    counts = [int(x) for x in a.threads.split(",") if x] or sorted({c for c in (n, n - 1, n - 2, n - 4, n // 2) if c > 0}, reverse=True)
+    default = sorted({c for c in (n, n - 1, n - 2, n - 4, n // 2) if c > 0}, reverse=True)
+    counts = [int(x) for x in a.threads.split(",") if x] or default
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(), "torch": torch.__version__,
            "cpu": cpu_topology(), "threads": counts, "gemv_256MiB_gbps": {}, "archs": []}
     w = torch.randn(32768, 4096, dtype=torch.bfloat16)

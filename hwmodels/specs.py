@@ -124,7 +124,8 @@ class PeerSpec(Spec):
     disk_header_entry_s: NonNegativeFloat = Field(default=0.0, description="The same per entry of the file's header "
                                                   "(parsed at every open): shards of SHARD_BYTES assumed.")
     load_unit_s: NonNegativeFloat = Field(default=0.0, description="Per unit loaded for one forward (materialising "
-                                          "the layer and cleaning up after it).")
+                                          "the layer and cleaning up after it); AirLLM: per module it streams, its "
+                                          "cleanup (sim.schedule.airllm_modules; calibrate times it).")
     pin_each_load: bool = Field(default=False, description="Every load is copied into a pinned buffer (pin_memory(): "
                                 "a host memcpy; PyTorch's caching host allocator reuses the pinned blocks).")
     cpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's CPU kernels against the machine's "
