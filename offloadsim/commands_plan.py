@@ -12,6 +12,7 @@ from offloadsim.output import emit, fail
 from offloadsim.outputs import atomic, check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.attribution import stall_attribution
+from sim.memory import resident_weight_bytes
 
 
 
@@ -97,6 +98,8 @@ def _placement_summary(model, plan) -> list[dict]:
         g = groups.setdefault((p.tier, p.compute), {"tier": p.tier, "compute": p.compute, "units": 0, "nbytes": 0})
         g["units"] += 1
         g["nbytes"] += u.nbytes
+    if ("vram", "gpu") in groups:  # a tied head resident beside its embedding is that one matrix
+        groups[("vram", "gpu")]["nbytes"] = resident_weight_bytes(model, plan)
     return list(groups.values())
 
 

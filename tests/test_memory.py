@@ -197,3 +197,30 @@ def test_a_cpu_embedding_is_looked_up_in_place_never_staged(tmp_path):
     run = e.run(w)
     assert [b.numel() for b in e.vram_slots] == [largest, largest]
     assert not [ev for ev in run.events if ev.unit == cpu[0] and ev.stage == "copy"]
+
+
+def test_a_tied_head_resident_beside_its_embedding_is_one_matrix(toy_machine):
+    """A head tied to the embedding holds no bytes of its own on the GPU while the embedding is there too: everything
+    resident is the model's stored bytes; the head streamed alone is its own copy, staged whole. The evaluator counts
+    the same."""
+    from sim.families import shape_from_config
+    from sim.models import preset_config
+    from sim.policies import make_plan
+    cfg = dict(preset_config("llama-3.1-8b"), num_hidden_layers=2, hidden_size=256, intermediate_size=512,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=4096, tie_word_embeddings=True)
+    cfg.pop("rope_scaling", None)
+    model = shape_from_config(cfg)
+    head = next(u for u in model.units if u.kind == "lm_head")
+    emb = next(u for u in model.units if u.kind == "embedding")
+    assert head.tied_nbytes == emb.nbytes == 4096 * 256 * 2
+    b = Budgets(vram_bytes=10**9, ram_bytes=10**9, pinned_bytes=10**9)
+    resident = make_plan(model, toy_machine, "t", {u.name: "vram" for u in model.units})
+    assert memory_use(model, resident, W, b).resident_vram_bytes == model.total_bytes
+    head_streamed = make_plan(model, toy_machine, "t", {u.name: "ram_pageable" if u is head else "vram"
+                                                        for u in model.units})
+    # the embedding stays; the head (its norm and its copy of the matrix) streams
+    m = memory_use(model, head_streamed, W, b)
+    assert m.resident_vram_bytes == model.total_bytes - (head.nbytes - head.tied_nbytes) and m.slot_bytes == head.nbytes
+    for p in (resident, head_streamed):
+        assert Evaluator(model, toy_machine, W, b, None).memory(assignment_of(p), settings_of(p)) == \
+            memory_use(model, p, W, b)

@@ -82,6 +82,9 @@ def test_airllm_keeps_a_tied_embedding_resident(toy_machine):
     assert sch.unpack_s[:3].tolist() == pytest.approx([0, 0.8, 0])
     assert sch.overhead_s[:3].tolist() == pytest.approx([0, 1.5, 1.5])
     assert memory_use(model, plan, W, BIG).resident_vram_bytes == 4
+    from offloadsim.commands_plan import _placement_summary  # what `plan` prints: the matrix once
+    assert [(g["tier"], g["units"], g["nbytes"]) for g in _placement_summary(model, plan)] == [("vram", 2, 4),
+                                                                                              ("disk_raw", 1, 8)]
     untied = model.model_copy(update={"units": units[:2] + (units[2].model_copy(update={"tied_nbytes": 0}),)})
     plan = POLICIES["airllm"](untied, m, W, BIG)
     assert all(p.tier == "disk_raw" for p in plan.placements)
