@@ -1472,3 +1472,13 @@ def test_plan_engine_llamacpp_is_never_slower_than_llamas_own_fit():
                     continue
                 families.append(fast_simulate(shape, m, plan, w, b)["time_per_token_s"])
             assert families and rep.time_per_token_s < min(families)
+
+
+def test_module_cleanup_reports_a_failed_interpreter(tmp_path):
+    """A config transformers cannot build: the fresh interpreter fails, and the measurement says why, in one line,
+    instead of stopping calibrate (the profile then keeps the preset's AirLLM cost); the config file is removed."""
+    pytest.importorskip("transformers")
+    from validate.module_cleanup import module_cleanup
+    got = module_cleanup({"model_type": "no-such-architecture"}, tmp_path)
+    assert set(got) == {"error"} and "\n" not in got["error"] and got["error"]
+    assert not list(tmp_path.iterdir())

@@ -52,15 +52,20 @@ def measure(config: dict, rounds: int = 5) -> dict:
 
 
 def module_cleanup(config: dict, folder: Path, timeout_s: float = 300.0) -> dict:
-    """`measure` in a fresh interpreter, so that what the calling process holds does not count."""
+    """`measure` in a fresh interpreter, so that what the calling process holds does not count. If that interpreter
+    fails (transformers missing, a config it cannot build), {'error': why}: the profile keeps the preset's cost."""
     path = Path(folder) / ".module-cleanup-config.json"
     path.write_text(json.dumps(config))
     try:
         res = subprocess.run([sys.executable, "-m", "validate.module_cleanup", str(path)], capture_output=True,
-                             text=True, timeout=timeout_s, check=True)
+                             text=True, timeout=timeout_s)
+        if res.returncode != 0:
+            return {"error": (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]}
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
     finally:
         path.unlink(missing_ok=True)
-    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":
