@@ -82,8 +82,7 @@ def airllm(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budget
     copy/compute overlap; layers up to 2 GiB pinned. A model whose head is tied to its embedding keeps that one
     matrix resident on the GPU and streams the rest (airllm 4.0 `_install_streaming_hooks`: the embedding is loaded
     once and the head re-tied to it; only the decoders and the final norm get streaming hooks)."""
-    tied = any(u.kind == "lm_head" and u.tied_nbytes for u in model.units)
-    resident = {"embedding", "lm_head"} if tied else set()
+    resident = {"embedding", "lm_head"} if model.tied_head else set()
     tiers = {u.name: "vram" if u.kind in resident else "disk_raw" for u in model.units}
     biggest = max(u.nbytes for u in model.units if u.kind not in resident)
     plan = make_plan(model, machine, "airllm", tiers, prefetch_depth=1,

@@ -223,7 +223,7 @@ def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, 
 
 def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, gpu_exec: bool, w: Workload):
     """row(unit index, offload) -> the unit's step-invariant columns (_unit_row)."""
-    units, t = model.units, plan.tiers()
+    units, t, tied = model.units, plan.tiers(), model.tied_head
 
     def row(ui: int, offload: bool) -> tuple:
         # rows of a CPU-held embedding are looked up in place, never the table copied (llama.cpp never offloads
@@ -232,12 +232,12 @@ def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, gpu_ex
         kind = units[ui].kind
         small_head = kind == "lm_head" and w.batch < (plan.gpu_offload_min_tokens or 0)
         offload = offload and not (kind == "embedding" or peer is not None and small_head)
-        return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload)
+        return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload, tied)
     return row
 
 
 def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, peer, gpu_exec: bool,
-              offload: bool) -> tuple:
+              offload: bool, tied_head: bool) -> tuple:
     """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot, blocking, overhead).
     A CPU-placed unit computed on the GPU for a large step (offload) is copied from where it lives. A copy from
     pageable memory does not overlap GPU compute (measured on the H200: the compute of the unit before it finished
@@ -262,21 +262,20 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
         unpack += u.nbytes / machine.host_memory.memcpy_bytes_per_s if gpu_load and peer.pin_each_load else 0.0
         mods = param_modules(u.kind, model.family)
         per_tensor = peer.disk_tensor_s + peer.disk_header_entry_s * model.tensors_per_shard if disk else 0.0
-        units = airllm_modules(u, model) if plan.engine == "airllm" else float(gpu_load)
+        units = airllm_modules(u, tied_head) if plan.engine == "airllm" else float(gpu_load)
         overhead = (peer.load_module_s * mods if gpu_load else 0.0) + peer.load_unit_s * units + per_tensor * mods \
             + (peer.step_s if ui == 0 and gpu_exec else 0.0)
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
 
-def airllm_modules(u: UnitShape, model: ModelShape) -> int:
+def airllm_modules(u: UnitShape, tied_head: bool) -> int:
     """The modules of a unit that AirLLM streams, each cleaned up after its forward (airllm 4.0: the embedding, every
     decoder layer, the final norm and the head; a head tied to the embedding is neither streamed nor is the
-    embedding, which stays resident, but the norm still is)."""
-    tied = any(v.kind == "lm_head" and v.tied_nbytes for v in model.units)
+    embedding, which stays resident, but the norm still is). `tied_head`: the model's (ModelShape.tied_head)."""
     if u.kind == "embedding":
-        return 0 if tied else 1
+        return 0 if tied_head else 1
     if u.kind == "lm_head":  # our head unit holds the final norm too
-        return 1 if tied else 2
+        return 1 if tied_head else 2
     return 1
 
 

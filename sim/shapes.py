@@ -178,6 +178,11 @@ class ModelShape(BaseModel):
         share = self.experts_per_token / self.n_routed_experts if self.n_routed_experts else 0
         return int(rest + routed * share)
 
+    @property
+    def tied_head(self) -> bool:
+        """The output head reuses the embedding's matrix (tie_word_embeddings)."""
+        return any(u.kind == "lm_head" and u.tied_nbytes for u in self.units)
+
     @cached_property
     def by_name(self) -> dict[str, UnitShape]:
         return {u.name: u for u in self.units}

@@ -75,8 +75,8 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
     splits = sum(ggml_weights(u.kind, model.family) for u in model.units if t[u.name].compute == "cpu"
                  and u.kind != "embedding") + GGML_MOE_WEIGHTS * len(expert_blocks["cpu"]) if offload else 0
     count = {"step_s": 1.0, "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
-             "load_unit_s": float(sum(airllm_modules(u, model) for u in model.units) if run.plan.engine == "airllm"
-                                  else len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"],
+             "load_unit_s": float(sum(airllm_modules(u, model.tied_head) for u in model.units)
+                                  if run.plan.engine == "airllm" else len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"],
              "gpu_row_s": 0.0 if multi else rows, "gpu_multi_row_s": rows if multi else 0.0,
              "gpu_row_token_s": rows * tokens if multi else 0.0,
              "cpu_flops_per_s": float(tokens > 1 and ops["cpu"] > 0),  # whether the run measures it (identifiable)
