@@ -7,6 +7,8 @@ validate/peer_calibration.py), predicts every other
 run with those costs and the machine profile calibrated in the same call, and checks the placement model (our
 `accelerate` policy given the same max_memory) against the map Accelerate chose.
 Run: python benchmarks/peers_report.py docs/peers/peers-a.json [--json OUT]
+     python benchmarks/peers_report.py docs/peers/peers-{b,c,d,e,g,h}.json --preset h200-testbox  (exported plans,
+     priced today with the preset's costs)
 """
 from __future__ import annotations
 
@@ -83,11 +85,51 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
     return out
 
 
+def exported_with_preset(files: list[str], preset: str) -> dict:
+    """Every exported plan the files recorded, predicted again as `plan --engine accelerate` would price it today:
+    this code, the call's calibrated profile and the preset's Accelerate costs (what calibrate measures of them taken
+    from the profile). Prints a line per run; returns the summary."""
+    from hwmodels.presets import load_machine
+    from sim.plan import Plan
+    from sim.simulate import fast_simulate
+    costs = load_machine(preset).peers["accelerate"]
+    errs = []
+    for f in files:
+        for e in json.loads(Path(f).read_text())["archs"]:
+            if "error" in e:
+                continue
+            shape = ModelShape.model_validate(e["shape"])
+            prof = e["profile"]["machine"]
+            machine = MachineSpec.model_validate({k: v for k, v in prof.items() if k != "peers"})
+            got = prof.get("peers", {}).get("accelerate", {})
+            machine = with_peer(machine, "accelerate", costs.model_copy(
+                update={k: got[k] for k in MEASURED["accelerate"] if k in got}))
+            big = Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=50 * 2**30)
+            for r in e["accelerate"]:
+                if "exported" not in r or "error" in r:
+                    continue
+                w = Workload(batch=1, prompt_tokens=128, new_tokens=len(r["token_gaps_s"]) + 1, warm=True)
+                pred = fast_simulate(shape, machine, Plan.model_validate(r["exported"]["plan"]), w, big)
+                errs.append(100 * (pred["time_per_token_s"] / r["time_per_token_s"] - 1))
+                print(f"{Path(f).name} {e['arch']} {r['label']}: predicted now {pred['time_per_token_s']:.4f} s "
+                      f"(at export {r['exported']['predicted_tpot_s']:.4f}), measured {r['time_per_token_s']:.4f}, "
+                      f"{errs[-1]:+.1f}%")
+    out = {"runs": len(errs), "within_15pct": sum(abs(x) <= 15 for x in errs),
+           "median_abs_error_pct": statistics.median(map(abs, errs)) if errs else None,
+           "worst_abs_error_pct": max(map(abs, errs)) if errs else None}
+    print(f"exported plans, predicted now with {preset}'s costs: {out}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--preset", default=None, help="only: the exported plans priced today with this preset's costs")
     a = ap.parse_args()
+    if a.preset:
+        exported_with_preset(a.files, a.preset)
+        return
     archs = []
     for f in a.files:
         for e in json.loads(Path(f).read_text())["archs"]:

@@ -114,8 +114,9 @@ PEER_ENGINES = ("accelerate", "airllm", "llamacpp")
 class PeerSpec(Spec):
     """Host-side costs of a peer engine beyond the pipeline it runs (validate/peer_calibration.py fits them on runs
     of the real engine: benchmarks/h200_peers.py). Seconds on the compute lane unless said otherwise."""
-    step_s: NonNegativeFloat = Field(default=0.0, description="Per forward step (token) of a run that computes on the "
-                                     "GPU: the engine's generation loop around the layers.")
+    step_s: NonNegativeFloat = Field(default=0.0, description="Per forward step (token): the engine's generation loop "
+                                     "around the layers (Accelerate: every run; llama.cpp: a run that computes on "
+                                     "the GPU).")
     load_module_s: NonNegativeFloat = Field(default=0.0, description="Per parameter-holding module of a unit loaded "
                                             "for one forward (hooks, per-tensor copies and freeing).")
     disk_tensor_s: NonNegativeFloat = Field(default=0.0, description="Per tensor of a unit offloaded to disk, per "

@@ -92,7 +92,10 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
 
     dispatch = "graph" if peer is None else peer.gpu_dispatch  # offloadsim's engine replays a CUDA graph per unit
 
-    gpu_exec = any(p.compute == "gpu" for p in plan.placements)  # a peer's step cost was measured on GPU runs only
+    # a peer's cost per token around its layers: transformers' generate loop (Accelerate) runs on either device (on
+    # the 2-core development machine it took 5.6 ms a token of a CPU run, docs/peers/cpu-layer-devbox.json);
+    # llama.cpp's was measured on tokens that use the GPU
+    pays_step = plan.engine == "accelerate" or any(p.compute == "gpu" for p in plan.placements)
     t = plan.tiers()
     memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]  # where a CPU unit reads
     # a peer's own kernels against the measured grids
@@ -167,7 +170,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
                                           op_s[cpu], row_s, multi)
         return cache[key]
 
-    row = _row_maker(model, plan, machine, peer, gpu_exec, w)
+    row = _row_maker(model, plan, machine, peer, pays_step, w)
     rows = {False: [row(i, False) for i in range(len(units))]}
     shape_of = functools.partial(_step_shape, w, peer is None)
     if not model.is_moe:  # dense: every step runs every unit in order, so a step's columns are the unit rows
@@ -221,7 +224,7 @@ def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, 
     return peer.cpu_cache_bytes_per_s if 0 < cpu_bytes <= peer.cpu_cache_share * llc else memory
 
 
-def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, gpu_exec: bool, w: Workload):
+def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, pays_step: bool, w: Workload):
     """row(unit index, offload) -> the unit's step-invariant columns (_unit_row)."""
     units, t, tied = model.units, plan.tiers(), model.tied_head
 
@@ -232,11 +235,11 @@ def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, gpu_ex
         kind = units[ui].kind
         small_head = kind == "lm_head" and w.batch < (plan.gpu_offload_min_tokens or 0)
         offload = offload and not (kind == "embedding" or peer is not None and small_head)
-        return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, gpu_exec, offload, tied)
+        return _unit_row(model, ui, t[units[ui].name], plan, machine, peer, pays_step, offload, tied)
     return row
 
 
-def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, peer, gpu_exec: bool,
+def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, peer, pays_step: bool,
               offload: bool, tied_head: bool) -> tuple:
     """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot, blocking, overhead).
     A CPU-placed unit computed on the GPU for a large step (offload) is copied from where it lives. A copy from
@@ -264,7 +267,7 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
         per_tensor = peer.disk_tensor_s + peer.disk_header_entry_s * model.tensors_per_shard if disk else 0.0
         units = airllm_modules(u, tied_head) if plan.engine == "airllm" else float(gpu_load)
         overhead = (peer.load_module_s * mods if gpu_load else 0.0) + peer.load_unit_s * units + per_tensor * mods \
-            + (peer.step_s if ui == 0 and gpu_exec else 0.0)
+            + (peer.step_s if ui == 0 and pays_step else 0.0)
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
 

@@ -38,13 +38,18 @@ def test_accelerate_costs_hand_worked(toy_machine):
 
 
 def test_accelerate_runs_on_the_cpu_when_nothing_is_on_the_gpu(toy_machine):
-    """transformers with an all-'cpu' device_map computes on the CPU: no copies, and no GPU step cost."""
+    """transformers with an all-'cpu' device_map computes on the CPU: no copies; its generate loop still costs the
+    step cost once a token (0.5 s), on the first unit. llama.cpp's step cost is paid by tokens that use the GPU only."""
     model, m, plan = _accelerate(toy_machine, ["ram_pageable"] * 3, step_s=0.5)
     assert [p.compute for p in plan.placements] == ["cpu"] * 3
     sch = build_schedule(model, m, plan, W, BIG)
-    assert sch.copy_s.sum() == 0 and sch.overhead_s.sum() == 0
-    # CPU: 14 B at 5 B/s per token
-    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(14 / 5)
+    assert sch.copy_s.sum() == 0
+    assert sch.overhead_s[:3].tolist() == [0.5, 0.0, 0.0] and sch.overhead_s.sum() == 0.5 * W.new_tokens
+    # CPU: 14 B at 5 B/s per token, and the loop
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(14 / 5 + 0.5)
+    ggml = with_peer(toy_machine, "llamacpp", PeerSpec(step_s=0.5))
+    cpu_only = plan.model_copy(update={"engine": "llamacpp"})
+    assert build_schedule(model, ggml, cpu_only, W, BIG).overhead_s.sum() == 0
 
 
 def test_airllm_loader_and_mmap_reads(toy_machine):
