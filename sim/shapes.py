@@ -187,8 +187,20 @@ class ModelShape(BaseModel):
     def by_name(self) -> dict[str, UnitShape]:
         return {u.name: u for u in self.units}
 
+    def model_copy(self, *, update=None, deep: bool = False) -> "ModelShape":
+        """pydantic's copy, without the cached properties read from the original (it copies them as they were, so a
+        copy with other units would look its units up in the old ones)."""
+        out = super().model_copy(update=update, deep=deep)
+        if update:
+            for name in CACHED:
+                out.__dict__.pop(name, None)
+        return out
+
     def unit(self, name: str) -> UnitShape:
         return self.by_name[name]
+
+
+CACHED = tuple(n for n, v in vars(ModelShape).items() if isinstance(v, cached_property))
 
 
 def make_unit(fmt: WeightFormat, *, matrix_params: int, small_params: int = 0, max_tensor_params: int = 0,

@@ -224,3 +224,15 @@ def test_a_tied_head_resident_beside_its_embedding_is_one_matrix(toy_machine):
     for p in (resident, head_streamed):
         assert Evaluator(model, toy_machine, W, b, None).memory(assignment_of(p), settings_of(p)) == \
             memory_use(model, p, W, b)
+
+
+def test_a_shape_copied_with_other_units_looks_up_its_own():
+    """ModelShape caches its name index and tensors per shard; a copy with other units must not keep the original's
+    (pydantic copies cached values as they were). Doubling every unit's bytes halves the tensors per 4 GiB shard."""
+    from sim.families import shape_from_config
+    from sim.models import preset_config
+    model = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=2))
+    before, per_shard = model.unit("lm_head").nbytes, model.tensors_per_shard   # both read, so both cached
+    copy = model.model_copy(update={"units": tuple(u.model_copy(update={"nbytes": 2 * u.nbytes}) for u in model.units)})
+    assert copy.unit("lm_head").nbytes == 2 * before and model.unit("lm_head").nbytes == before
+    assert copy.tensors_per_shard == per_shard / 2
