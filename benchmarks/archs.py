@@ -71,3 +71,14 @@ ARCHS = {
                                          num_key_value_heads=16, moe_intermediate_size=1408,
                                          num_experts=60, num_experts_per_tok=4, vocab_size=151936)),
 }
+
+
+def arch_config(spec: str, extra: dict | None = None) -> tuple[str, dict]:
+    """(name, config) of NAME[:LAYERS]: the shape's preset with its overrides, cut to LAYERS where given, without
+    the preset's rope scaling (random checkpoints do not need it). `extra`: more NAME -> (preset, overrides)."""
+    from validate.checkpoint import make_config
+    name, layers = (spec.split(":") + [""])[:2]
+    preset, over = {**ARCHS, **(extra or {})}[name]
+    cfg = make_config(preset, **dict(over, **({"num_hidden_layers": int(layers)} if layers else {})))
+    cfg.pop("rope_scaling", None)
+    return name, cfg

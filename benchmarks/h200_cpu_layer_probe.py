@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.archs import ARCHS
+from benchmarks.archs import arch_config
 
 
 def functional_step(layers, head_w, emb_w, arch, caches, pos: int, token: torch.Tensor) -> torch.Tensor:
@@ -59,11 +59,8 @@ def main() -> None:
 
     import validate.model as M
     from benchmarks.h200_peers import timed_generate
-    from validate.checkpoint import make_checkpoint, make_config
-    arch_name, layers = (a.arch.split(":") + [""])[:2]
-    preset, over = ARCHS[arch_name]
-    cfg = make_config(preset, **dict(over, **({"num_hidden_layers": int(layers)} if layers else {})))
-    cfg.pop("rope_scaling", None)
+    from validate.checkpoint import make_checkpoint
+    arch_name, cfg = arch_config(a.arch)
     ckpt = Path(a.work) / arch_name
     shutil.rmtree(ckpt, ignore_errors=True)
     make_checkpoint(cfg, ckpt)

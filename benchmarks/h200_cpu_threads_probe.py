@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.archs import ARCHS
+from benchmarks.archs import arch_config
+from benchmarks.h200_map_gemv_probe import gemv_gbps
 
 
 def cpu_topology() -> dict:
@@ -30,16 +31,6 @@ def cpu_topology() -> dict:
     first = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in info.split("\n\n")[0].splitlines())}
     return {"logical": os.cpu_count(), "siblings": first.get("siblings"), "cores": first.get("cpu cores"),
             "model": first.get("model name"), "torch_default_threads": torch.get_num_threads()}
-
-
-def gemv_gbps(w: torch.Tensor, reps: int = 7) -> float:
-    x = torch.randn(1, w.shape[1], dtype=w.dtype)
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        torch.nn.functional.linear(x, w)
-        times.append(time.perf_counter() - t)
-    return w.numel() * w.element_size() / statistics.median(times) / 1e9
 
 
 def decode_tpot(model, ids: torch.Tensor, new_tokens: int) -> float:
@@ -59,18 +50,15 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     from transformers import AutoModelForCausalLM
-    from validate.checkpoint import make_checkpoint, make_config
+    from validate.checkpoint import make_checkpoint
     n = os.cpu_count() or 4
     default = sorted({c for c in (n, n - 1, n - 2, n - 4, n // 2) if c > 0}, reverse=True)
     counts = [int(x) for x in a.threads.split(",") if x] or default
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(), "torch": torch.__version__,
            "cpu": cpu_topology(), "threads": counts, "gemv_256MiB_gbps": {}, "archs": []}
-    w = torch.randn(32768, 4096, dtype=torch.bfloat16)
+    w, x = torch.randn(32768, 4096, dtype=torch.bfloat16), torch.randn(1, 4096, dtype=torch.bfloat16)
     for arch_spec in a.archs.split(","):
-        arch, layers = (arch_spec.split(":") + [""])[:2]
-        preset, over = ARCHS[arch]
-        cfg = make_config(preset, **dict(over, **({"num_hidden_layers": int(layers)} if layers else {})))
-        cfg.pop("rope_scaling", None)
+        arch, cfg = arch_config(arch_spec)
         ckpt = Path(a.work) / arch
         shutil.rmtree(ckpt, ignore_errors=True)
         make_checkpoint(cfg, ckpt)
@@ -82,7 +70,7 @@ def main() -> None:
             for c in counts:
                 torch.set_num_threads(c)
                 entry["tpot_s"][str(c)].append(decode_tpot(model, ids, a.new_tokens))
-                out["gemv_256MiB_gbps"].setdefault(str(c), []).append(gemv_gbps(w))
+                out["gemv_256MiB_gbps"].setdefault(str(c), []).append(gemv_gbps(w, x))
         entry["median_tpot_s"] = {c: statistics.median(v) for c, v in entry["tpot_s"].items()}
         print(arch_spec, {c: round(v * 1e3, 1) for c, v in entry["median_tpot_s"].items()}, "ms a token", flush=True)
         out["archs"].append(entry)

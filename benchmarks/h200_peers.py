@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.h200_matrix import ARCHS, TINY, log
+from benchmarks.archs import arch_config
+from benchmarks.h200_matrix import TINY, log
 from hwmodels.units import GiB
 RAM = 100 * GiB  # the CPU budget of every Accelerate map without a RAM limit
 
@@ -203,12 +204,8 @@ def prepare(spec: str, work: Path, dev: str, calibrated: bool = True) -> tuple:
     from hwmodels.presets import load_machine
     from sim.models import load_model
     from validate.calibrate import calibrate
-    from validate.checkpoint import make_checkpoint, make_config
-    arch, layers = (spec.split(":") + [""])[:2]
-    preset, over = ARCHS[arch] if arch != "tiny" else ("llama-3.1-8b", TINY)  # tiny: a smoke test on any device
-    over = dict(over, **({"num_hidden_layers": int(layers)} if layers else {}))
-    cfg = make_config(preset, **over)
-    cfg.pop("rope_scaling", None)
+    from validate.checkpoint import make_checkpoint
+    arch, cfg = arch_config(spec, {"tiny": ("llama-3.1-8b", TINY)})  # tiny: a smoke test on any device
     base = work / arch
     shutil.rmtree(base, ignore_errors=True)
     ckpt = base / "ckpt"

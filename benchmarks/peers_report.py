@@ -85,6 +85,26 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
     return out
 
 
+def profile_machine(e: dict, peers: dict | None = None) -> MachineSpec:
+    """The machine of a recorded architecture's calibrated profile. Its peer entries are the defaults of the code
+    that recorded it: take today's engine facts (or `peers`), with what calibrate measured of them on that host."""
+    prof = e["profile"]["machine"]
+    machine = MachineSpec.model_validate({k: v for k, v in prof.items() if k != "peers"})
+    for engine, fields in MEASURED.items():
+        if engine == "airllm" and not cleanup_measured(e):
+            continue
+        got = prof.get("peers", {}).get(engine, {})
+        base = (peers or {}).get(engine, machine.peers[engine])
+        machine = with_peer(machine, engine, base.model_copy(update={k: got[k] for k in fields if k in got}))
+    return machine
+
+
+def abs_summary(errs: list[float]) -> dict:
+    return {"runs": len(errs), "within_15pct": sum(abs(x) <= 15 for x in errs),
+            "median_abs_error_pct": statistics.median(map(abs, errs)) if errs else None,
+            "worst_abs_error_pct": max(map(abs, errs)) if errs else None}
+
+
 def exported_with_preset(files: list[str], preset: str) -> dict:
     """Every exported plan the files recorded, predicted again as `plan --engine accelerate` would price it today:
     this code, the call's calibrated profile and the preset's Accelerate costs (what calibrate measures of them taken
@@ -92,18 +112,13 @@ def exported_with_preset(files: list[str], preset: str) -> dict:
     from hwmodels.presets import load_machine
     from sim.plan import Plan
     from sim.simulate import fast_simulate
-    costs = load_machine(preset).peers["accelerate"]
+    costs = {"accelerate": load_machine(preset).peers["accelerate"]}
     errs = []
     for f in files:
         for e in json.loads(Path(f).read_text())["archs"]:
             if "error" in e:
                 continue
-            shape = ModelShape.model_validate(e["shape"])
-            prof = e["profile"]["machine"]
-            machine = MachineSpec.model_validate({k: v for k, v in prof.items() if k != "peers"})
-            got = prof.get("peers", {}).get("accelerate", {})
-            machine = with_peer(machine, "accelerate", costs.model_copy(
-                update={k: got[k] for k in MEASURED["accelerate"] if k in got}))
+            shape, machine = ModelShape.model_validate(e["shape"]), profile_machine(e, costs)
             big = Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=50 * 2**30)
             for r in e["accelerate"]:
                 if "exported" not in r or "error" in r:
@@ -114,9 +129,7 @@ def exported_with_preset(files: list[str], preset: str) -> dict:
                 print(f"{Path(f).name} {e['arch']} {r['label']}: predicted now {pred['time_per_token_s']:.4f} s "
                       f"(at export {r['exported']['predicted_tpot_s']:.4f}), measured {r['time_per_token_s']:.4f}, "
                       f"{errs[-1]:+.1f}%")
-    out = {"runs": len(errs), "within_15pct": sum(abs(x) <= 15 for x in errs),
-           "median_abs_error_pct": statistics.median(map(abs, errs)) if errs else None,
-           "worst_abs_error_pct": max(map(abs, errs)) if errs else None}
+    out = abs_summary(errs)
     print(f"exported plans, predicted now with {preset}'s costs: {out}")
     return out
 
@@ -137,17 +150,7 @@ def main() -> None:
                 archs.append(dict(e, file=Path(f).name))
     loaded = []
     for e in archs:
-        shape = ModelShape.model_validate(e["shape"])
-        # the profile's peer entries are defaults of the code that recorded it: take today's engine facts, with what
-        # calibrate measured of them on that host (MEASURED)
-        prof = e["profile"]["machine"]
-        machine = MachineSpec.model_validate({k: v for k, v in prof.items() if k != "peers"})
-        for engine, fields in MEASURED.items():
-            if engine == "airllm" and not cleanup_measured(e):
-                continue
-            got = prof.get("peers", {}).get(engine, {})
-            machine = with_peer(machine, engine, machine.peers[engine].model_copy(
-                update={k: got[k] for k in fields if k in got}))
+        shape, machine = ModelShape.model_validate(e["shape"]), profile_machine(e)
         loaded.append((e, shape, machine, runs_of(e, shape, machine)))
     specs = {}
     for engine in ("accelerate", "airllm"):
@@ -189,10 +192,7 @@ def main() -> None:
     # an exported plan against what `plan --engine accelerate` predicted for it when it was exported
     exp = [100 * (r["exported_plan_prediction_s"] / r["measured_tpot_s"] - 1) for r in rows
            if "exported_plan_prediction_s" in r]
-    summary["exported plans, against plan --engine"] = {
-        "runs": len(exp), "within_15pct": sum(abs(e) <= 15 for e in exp),
-        "median_abs_error_pct": statistics.median(map(abs, exp)) if exp else None,
-        "worst_abs_error_pct": max(map(abs, exp)) if exp else None}
+    summary["exported plans, against plan --engine"] = abs_summary(exp)
     for k, v in summary.items():
         print(f"{k}: held-out runs {v['runs']}, median |error| {v['median_abs_error_pct']}, "
               f"worst {v['worst_abs_error_pct']}" + (f", within 15%: {v['within_15pct']}" if "within_15pct" in v else ""))

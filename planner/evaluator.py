@@ -58,8 +58,9 @@ class Evaluator:
         self.is_expert = np.array([u.expert is not None for u in model.units])
         self.is_embedding = np.array([u.kind == "embedding" for u in model.units])
         # a head tied to the embedding holds no bytes of its own while both are resident (sim.memory)
-        self.tied = [(int(np.flatnonzero(self.is_embedding)[0]), i, u.tied_nbytes)
-                     for i, u in enumerate(model.units) if u.kind == "lm_head" and u.tied_nbytes]
+        head = next((i for i, u in enumerate(model.units) if u.kind == "lm_head"), None)
+        self.tied = (int(np.flatnonzero(self.is_embedding)[0]), head, model.units[head].tied_nbytes) \
+            if model.tied_head else None
         self.kv_bytes, self.act_bytes = kv_cache_bytes(model, w), activation_bytes(model, w)
         self.unit_kv = np.array(unit_kv_bytes(model, w), dtype=np.int64)  # on the device that computes the unit
         self.fixed_vram = self.kv_bytes + self.act_bytes  # the most: every layer computed on the GPU
@@ -139,10 +140,16 @@ class Evaluator:
                 "slot": {off: int(t[opts].max()) for (off, opts), t in zip(SLOTTED.items(), (top, top_off))},
                 "pin_slot": {off: int(t[opts & STAGED].max())
                              for (off, opts), t in zip(SLOTTED.items(), (top, top_off))},
-                "vram": int(round(per_opt[IN_VRAM].sum())) - sum(b for e, h, b in self.tied
-                                                                 if IN_VRAM[assign[e]] and IN_VRAM[assign[h]]),
+                "vram": int(round(per_opt[IN_VRAM].sum())) - self._shared_vram(assign),
                 "ram": ram_w, "pinned": int(round(per_opt[PINNED].sum()))})
         return self._last[1]
+
+    def _shared_vram(self, assign: np.ndarray) -> int:
+        """The tied matrix counted twice by the per-unit sum when the embedding and the head are both resident."""
+        if self.tied is None:
+            return 0
+        emb, head, nbytes = self.tied
+        return nbytes if IN_VRAM[assign[emb]] and IN_VRAM[assign[head]] else 0
 
     def memory(self, assign: np.ndarray, s: Settings) -> MemoryUse | None:
         """sim.memory.memory_use for this assignment, or None when it exceeds a budget."""
