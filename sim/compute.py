@@ -2,7 +2,8 @@
 
 Where the machine carries a measured grid for the unit's architecture and kind (calibrate, timed inside the engine),
 the time is interpolated from it: linear between measured points, linear extrapolation above the largest, clamped
-below the smallest. Otherwise the roofline with per-launch overheads, whose parameters carry sources.
+below the smallest. A CPU grid is first made non-decreasing along its token axes (more prompt tokens or a longer
+cache is never less work; a point faster than a shorter one is the host's drift while it was timed, _monotone). Otherwise the roofline with per-launch overheads, whose parameters carry sources.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import functools
 
 import numpy as np
 from scipy.interpolate import RegularGridInterpolator
+from scipy.optimize import isotonic_regression
 
 from hwmodels.profiles import ComputeGrid, UnitSignature
 from hwmodels.specs import MachineSpec
@@ -73,11 +75,22 @@ def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str, d
     return None
 
 
+def _monotone(table, device: str) -> np.ndarray:
+    """A grid's [batch][tokens] table, on the CPU each row its least-squares non-decreasing fit (pooled adjacent
+    violators). The lent H200 host's memory speed drifts by 30% within a minute (docs/peers.md, twenty-fourth
+    session: GEMV 75-101 GB/s from one round to the next); calibrate's CPU grids are the median of three rounds and
+    still kept points 28% under their neighbours (call H: a Qwen3-14B layer 11.1 ms at a 68-token cache between
+    15.3 ms at 20 and 14.6 ms at 1028), which a run at that cache read as the layer's cost. GPU grids are left as
+    measured: their kernels change with the shape (split-K, CUDA-graph buckets) and did not drift."""
+    v = np.asarray(table, float)
+    return np.array([isotonic_regression(row).x for row in v]) if device == "cpu" else v
+
+
 @functools.lru_cache(maxsize=256)
 def _interpolators(grid: ComputeGrid) -> tuple[RegularGridInterpolator, RegularGridInterpolator]:
     def make(cols, table):
         x, y = np.asarray(grid.batch, float), np.asarray(cols, float)
-        v = np.asarray(table, float)
+        v = _monotone(table, grid.device)
         if len(x) == 1:  # a single measured batch: duplicate it so the grid is two-dimensional (flat in batch)
             x, v = np.array([x[0], x[0] + 1.0]), np.vstack([v, v])
         if len(y) == 1:

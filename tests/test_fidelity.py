@@ -30,6 +30,26 @@ def test_grid_interpolates_between_measured_points():
     assert grid_time_s(g, 4, 1, 30) == pytest.approx(0.6)
 
 
+def test_cpu_grid_drops_a_point_faster_than_a_shorter_cache():
+    """Call H's Qwen3-14B layer on the CPU: 15.34 ms at a 20-token cache, 11.08 at 68, 14.57 at 1028, 16.49 at 4100.
+    The first two pool to their mean (13.21 ms, under 14.57: the rest stay); a GPU grid is read as measured."""
+    u = toy_model().units[0]
+    row = (15.34e-3, 11.08e-3, 14.57e-3, 16.49e-3)
+    kw = dict(batch=(1,), prefill_tokens=(10, 20, 40), prefill_s=((2.0, 1.0, 3.0),), decode_context=(20, 68, 1028, 4100),
+              decode_s=(row,))
+    cpu, gpu = grid_for(u, device="cpu", **kw), grid_for(u, **kw)
+    assert grid_time_s(cpu, 1, 1, 68) == pytest.approx(13.21e-3)
+    assert grid_time_s(cpu, 1, 1, 20) == pytest.approx(13.21e-3)
+    assert grid_time_s(cpu, 1, 1, 548) == pytest.approx((13.21e-3 + 14.57e-3) / 2)
+    assert grid_time_s(cpu, 1, 1, 4100) == pytest.approx(16.49e-3)
+    assert grid_time_s(cpu, 1, 15, 0) == pytest.approx(1.5)            # prefill 2.0, 1.0 pooled to 1.5 each
+    assert grid_time_s(gpu, 1, 1, 68) == pytest.approx(11.08e-3)
+    assert grid_time_s(gpu, 1, 15, 0) == pytest.approx(1.5)            # GPU: halfway between 2.0 and 1.0 as measured
+    assert grid_time_s(gpu, 1, 20, 0) == pytest.approx(1.0)
+    assert grid_time_s(cpu, 1, 20, 0) == pytest.approx(1.5)
+    assert grid_time_s(grid_for(u, device="cpu"), 1, 1, 20) == pytest.approx(0.2)  # a monotone grid is unchanged
+
+
 def test_grid_clamps_below_and_scales_above_by_the_roofline():
     u = toy_model().units[0]
     g = grid_for(u)
