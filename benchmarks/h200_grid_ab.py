@@ -10,7 +10,8 @@ transformers' own CPU decode of the same 3-layer shape is timed in the same rota
 embedding + 3 decoders + head is the ratio Accelerate's cpu_compute_scale stands for, free of the drift between
 calibrate and a later run.
 
-    python3 benchmarks/h200_grid_ab.py --trees old:.oldsnap,new:. --archs llama-8b,phi3-mini --out $OUT/grid-ab.json
+    python3 benchmarks/h200_grid_ab.py --trees old:.oldsnap,new:. --hf --archs llama-8b,phi3-mini --out $OUT/grid-ab.json
+    python benchmarks/h200_grid_ab.py --report docs/peers/grid-ab.json   # here: per round, grid and ratio
 """
 from __future__ import annotations
 
@@ -65,12 +66,17 @@ print(json.dumps({"step": [out[1], out[4]]}))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trees", required=True, help="NAME:DIR,...")
+    ap.add_argument("--trees", default="", help="NAME:DIR,...")
+    ap.add_argument("--report", default=None, help="print a recorded run's rounds: each grid's total, the ratio")
     ap.add_argument("--archs", default="llama-8b,phi3-mini")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--hf", action="store_true", help="also transformers' own CPU decode of the shape, alternated")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    if a.report:
+        return report(json.loads(Path(a.report).read_text()))
+    if not a.trees or not a.out:
+        ap.error("--trees and --out are needed to measure (or give --report FILE)")
     trees = dict(t.split(":", 1) for t in a.trees.split(","))
     if a.hf:
         trees["transformers"] = "."
@@ -86,6 +92,26 @@ def main() -> None:
                 res[arch][name].append(got)
                 print(f"round {r} {arch} {name}: {got}", flush=True)
         write(a.out, trees, res)  # every round, so a run cut short keeps what it measured
+
+
+def report(d: dict) -> None:
+    """Per architecture, round and batch: each tree's step as the grid prices it (embedding + 3 decoders + head,
+    ms) and transformers' measured step over it; then the median of those ratios."""
+    for arch, per in d["rounds"].items():
+        ratios: dict = {}
+        for r, hf in enumerate(per.get("transformers", [])):
+            for name in (n for n in per if n != "transformers"):
+                g = per[name][r]
+                if "error" in g or "error" in hf:
+                    continue
+                for i, b in enumerate((1, 4)):
+                    grid = g["embedding"][i] + 3 * g["decoder"][i] + g["lm_head"][i]
+                    ratios.setdefault((name, b), []).append(hf["step"][i] / grid)
+                    print(f"{arch} round {r} {name} batch {b}: grid {grid:.1f} ms, transformers {hf['step'][i]:.1f} "
+                          f"ms, ratio {hf['step'][i] / grid:.2f}")
+        for (name, b), v in ratios.items():
+            print(f"{arch} {name} batch {b}: median ratio {statistics.median(v):.2f} over {len(v)} rounds "
+                  f"({min(v):.2f}-{max(v):.2f})")
 
 
 def write(path: str, trees: dict, res: dict) -> None:
