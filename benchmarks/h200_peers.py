@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.archs import arch_config
-from benchmarks.h200_matrix import TINY, log
+from benchmarks.h200_matrix import TINY, host_gbps, log
 from hwmodels.units import GiB
 RAM = 100 * GiB  # the CPU budget of every Accelerate map without a RAM limit
 
@@ -218,7 +218,8 @@ def prepare(spec: str, work: Path, dev: str, calibrated: bool = True) -> tuple:
     prof_path = base / "profile.json"
     prof_path.write_text(json.dumps(prof, default=float))
     entry = {"arch": arch, "layers": config["num_hidden_layers"], "calibrate_s": time.perf_counter() - t,
-             "profile": prof, "shape": json.loads(shape.model_dump_json()), "accelerate": [], "airllm": []}
+             "profile": prof, "shape": json.loads(shape.model_dump_json()), "accelerate": [], "airllm": [],
+             "host_gbps": host_gbps()}  # the host's CPU speed after calibration; each Accelerate run records its own
     log(arch, "calibrated", f"{entry['calibrate_s']:.0f}s")
     return ckpt, shape, config, load_machine(str(prof_path)), entry
 
@@ -247,8 +248,10 @@ def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens:
             continue
         max_memory = {gpu: int(g * total), "cpu": int(c * total) if c else RAM}
         try:
+            host = host_gbps()
             res = accelerate_run(ckpt, ckpt.parent, vocab, "auto", max_memory, batch, p, new_tokens, dev, sync)
-            res.update(label=label, batch=batch, prompt=p, max_memory={str(k): v for k, v in max_memory.items()})
+            res.update(label=label, batch=batch, prompt=p, max_memory={str(k): v for k, v in max_memory.items()},
+                       host_gbps=host)
             entry["accelerate"].append(res)
             log(entry["arch"], "accelerate", label, f"b{batch} p{p}",
                 f"ttft {res['ttft_s']:.3f} tpot {res['time_per_token_s']:.4f}", f"load {res['load_s']:.1f}s",
@@ -272,8 +275,9 @@ def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens
         dm = {k: (int(v) if isinstance(v, int) or str(v).isdigit() else v) for k, v in exp["export"]["device_map"].items()}
         mm = {0: exp["export"]["max_memory"][0] if 0 in exp["export"]["max_memory"] else exp["export"]["max_memory"]["0"],
               "cpu": exp["export"]["max_memory"]["cpu"]}
+        host = host_gbps()
         res = accelerate_run(ckpt, ckpt.parent, vocab, dm, mm, 1, 128, new_tokens, dev, sync)
-        res.update(label=label, batch=1, prompt=128, exported=exp)
+        res.update(label=label, batch=1, prompt=128, exported=exp, host_gbps=host)
         entry["accelerate"].append(res)
         log(entry["arch"], label, f"predicted {exp['predicted_tpot_s']:.4f} measured {res['time_per_token_s']:.4f}")
     except Exception as exc:

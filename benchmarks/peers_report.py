@@ -67,6 +67,8 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
             extra["placement_matches"] = accelerate_tiers(shape, bud) == {k: v.tier for k, v in plan.tiers().items()}
         if "exported" in r:
             extra["exported_plan_prediction_s"] = r["exported"]["predicted_tpot_s"]
+        if r.get("host_gbps") and entry.get("host_gbps"):  # the host's CPU speed before the run against after calibrate
+            extra["host_vs_calibration"] = r["host_gbps"] / entry["host_gbps"]
         calib = ("accelerate", r["label"], r["batch"]) in CALIBRATION and r["prompt"] == 128
         out.append(("accelerate", r["label"], calib, PeerRun(r["label"], plan, w, big, r["time_per_token_s"], r["ttft_s"]), extra))
     for r in entry["airllm"]:
@@ -87,7 +89,11 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
 
 def profile_machine(e: dict, peers: dict | None = None) -> MachineSpec:
     """The machine of a recorded architecture's calibrated profile. Its peer entries are the defaults of the code
-    that recorded it: take today's engine facts (or `peers`), with what calibrate measured of them on that host."""
+    that recorded it: take today's engine facts (or `peers`), with what calibrate measured of them on that host; what
+    calibrate did not measure yet when the call ran (Accelerate's disk costs before call D) from the h200-testbox
+    preset, which holds those measurements of this machine."""
+    from hwmodels.presets import load_machine
+    preset = load_machine("h200-testbox").peers
     prof = e["profile"]["machine"]
     machine = MachineSpec.model_validate({k: v for k, v in prof.items() if k != "peers"})
     for engine, fields in MEASURED.items():
@@ -95,7 +101,8 @@ def profile_machine(e: dict, peers: dict | None = None) -> MachineSpec:
             continue
         got = prof.get("peers", {}).get(engine, {})
         base = (peers or {}).get(engine, machine.peers[engine])
-        machine = with_peer(machine, engine, base.model_copy(update={k: got[k] for k in fields if k in got}))
+        machine = with_peer(machine, engine, base.model_copy(
+            update={k: got[k] if k in got else getattr(preset[engine], k) for k in fields}))
     return machine
 
 
@@ -187,6 +194,12 @@ def main() -> None:
               f"{'yes' if r['calibration'] else ''} | {r['predicted_tpot_s']:.4f} / {r['measured_tpot_s']:.4f} | "
               f"{r['error_pct']:+.1f}% | {r['predicted_ttft_s']:.3f} / {r['measured_ttft_s']:.3f} | "
               f"{r['ttft_error_pct']:+.1f}% | {pm if isinstance(pm, str) else ('yes' if pm else 'no')} |")
+    drift = [r for r in rows if "host_vs_calibration" in r]
+    if drift:  # calls from the twenty-fourth session on: a CPU run's miss against how far the host moved
+        print("host's CPU speed before each Accelerate run against after calibration (GEMV over 256 MiB):")
+        for r in drift:
+            print(f"  {r['arch']} {r['run']} b{r['batch']}: host x{r['host_vs_calibration']:.2f}, "
+                  f"error {r['error_pct']:+.1f}%")
     summary = {k: {"runs": len(v), "median_abs_error_pct": statistics.median(v) if v else None,
                    "worst_abs_error_pct": max(v) if v else None} for k, v in held.items()}
     # an exported plan against what `plan --engine accelerate` predicted for it when it was exported
