@@ -10,7 +10,8 @@ transformers' own CPU decode of the same 3-layer shape is timed in the same rota
 embedding + 3 decoders + head is the ratio Accelerate's cpu_compute_scale stands for, free of the drift between
 calibrate and a later run.
 
-    python3 benchmarks/h200_grid_ab.py --trees old:.oldsnap,new:. --hf --archs llama-8b,phi3-mini --out $OUT/grid-ab.json
+    python3 benchmarks/h200_grid_ab.py --trees old:.oldsnap,new:. --hf --archs llama-8b,phi3-mini \
+        --out $OUT/grid-ab.json
     python benchmarks/h200_grid_ab.py --report docs/peers/grid-ab.json   # here: per round, grid and ratio
 """
 from __future__ import annotations

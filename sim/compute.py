@@ -3,7 +3,8 @@
 Where the machine carries a measured grid for the unit's architecture and kind (calibrate, timed inside the engine),
 the time is interpolated from it: linear between measured points, linear extrapolation above the largest, clamped
 below the smallest. A CPU grid is first made non-decreasing along its token axes (more prompt tokens or a longer
-cache is never less work; a point faster than a shorter one is the host's drift while it was timed, _monotone). Otherwise the roofline with per-launch overheads, whose parameters carry sources.
+cache is never less work; a point faster than a shorter one is the host's drift while it was timed, _monotone).
+Otherwise the roofline with per-launch overheads, whose parameters carry sources.
 """
 from __future__ import annotations
 

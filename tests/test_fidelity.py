@@ -35,8 +35,8 @@ def test_cpu_grid_drops_a_point_faster_than_a_shorter_cache():
     The first two pool to their mean (13.21 ms, under 14.57: the rest stay); a GPU grid is read as measured."""
     u = toy_model().units[0]
     row = (15.34e-3, 11.08e-3, 14.57e-3, 16.49e-3)
-    kw = dict(batch=(1,), prefill_tokens=(10, 20, 40), prefill_s=((2.0, 1.0, 3.0),), decode_context=(20, 68, 1028, 4100),
-              decode_s=(row,))
+    kw = dict(batch=(1,), prefill_tokens=(10, 20, 40), prefill_s=((2.0, 1.0, 3.0),),
+              decode_context=(20, 68, 1028, 4100), decode_s=(row,))
     cpu, gpu = grid_for(u, device="cpu", **kw), grid_for(u, **kw)
     assert grid_time_s(cpu, 1, 1, 68) == pytest.approx(13.21e-3)
     assert grid_time_s(cpu, 1, 1, 20) == pytest.approx(13.21e-3)
