@@ -120,7 +120,7 @@ def exported_with_preset(files: list[str], preset: str) -> dict:
     from sim.plan import Plan
     from sim.simulate import fast_simulate
     costs = {"accelerate": load_machine(preset).peers["accelerate"]}
-    errs = []
+    errs, ttft = [], []
     for f in files:
         for e in json.loads(Path(f).read_text())["archs"]:
             if "error" in e:
@@ -133,12 +133,14 @@ def exported_with_preset(files: list[str], preset: str) -> dict:
                 w = Workload(batch=1, prompt_tokens=128, new_tokens=len(r["token_gaps_s"]) + 1, warm=True)
                 pred = fast_simulate(shape, machine, Plan.model_validate(r["exported"]["plan"]), w, big)
                 errs.append(100 * (pred["time_per_token_s"] / r["time_per_token_s"] - 1))
+                ttft.append(100 * (pred["ttft_s"] / r["ttft_s"] - 1))
                 print(f"{Path(f).name} {e['arch']} {r['label']}: predicted now {pred['time_per_token_s']:.4f} s "
                       f"(at export {r['exported']['predicted_tpot_s']:.4f}), measured {r['time_per_token_s']:.4f}, "
-                      f"{errs[-1]:+.1f}%")
+                      f"{errs[-1]:+.1f}%; first token {pred['ttft_s']:.3f} / {r['ttft_s']:.3f} s, {ttft[-1]:+.1f}%")
     out = abs_summary(errs)
     print(f"exported plans, predicted now with {preset}'s costs: {out}")
-    return out
+    print(f"their first tokens: {abs_summary(ttft)}")
+    return dict(out, first_token=abs_summary(ttft))
 
 
 def main() -> None:
@@ -169,7 +171,7 @@ def main() -> None:
                f"test machine ({', '.join(Path(f).name for f in a.files)}; benchmarks/h200_peers.py, peers_report.py)")
         specs[engine] = fit(engine, cal, src)
         print(engine, "fitted:", {k: v for k, v in specs[engine].model_dump().items() if isinstance(v, float) and v})
-    rows, held = [], {"accelerate": [], "airllm": []}
+    rows, held, held_ttft = [], {"accelerate": [], "airllm": []}, {"accelerate": [], "airllm": []}
     for e, shape, machine, runs in loaded:
         for engine, kind, calib, run, extra in runs:
             measured = MEASURED[engine] if engine == "accelerate" or cleanup_measured(e) else ()
@@ -186,6 +188,7 @@ def main() -> None:
                          "ttft_error_pct": ttft_err, **extra})
             if not calib:
                 held[engine].append(abs(err))
+                held_ttft[engine].append(ttft_err)
     print("| arch | engine | run | batch | prompt | placement | used to fit | tpot pred / meas (s) | err | TTFT pred / meas (s) | err | our placement = Accelerate's |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -206,6 +209,8 @@ def main() -> None:
     exp = [100 * (r["exported_plan_prediction_s"] / r["measured_tpot_s"] - 1) for r in rows
            if "exported_plan_prediction_s" in r]
     summary["exported plans, against plan --engine"] = abs_summary(exp)
+    for engine, errs in held_ttft.items():
+        summary[f"{engine} first token"] = abs_summary(errs)
     for k, v in summary.items():
         print(f"{k}: held-out runs {v['runs']}, median |error| {v['median_abs_error_pct']}, "
               f"worst {v['worst_abs_error_pct']}" + (f", within 15%: {v['within_15pct']}" if "within_15pct" in v else ""))

@@ -104,7 +104,9 @@ def grid_time_s(grid: ComputeGrid, batch: int, new_tokens: int, context: int, sc
     """Seconds for one unit: prefill(batch, new) with an empty cache, decode(batch, context) for one new token;
     a chunk of several new tokens after a context adds the decode's context cost to the prefill of the chunk.
     Inside the grid: linear interpolation. Above it: the grid's last segment continued along `scale(b, s, k)` (the
-    roofline's time) at the slope measured there; below the grid, the nearest point."""
+    roofline's time) at the slope measured there; below the grid, the nearest point. A CPU prompt longer than the
+    grid's longest is read as the same tokens in more sequences of that length where the batch axis covers them
+    (_same_tokens_batch)."""
     pre, dec = _interpolators(grid)
 
     def at(f, cols, b, y):
@@ -123,6 +125,9 @@ def grid_time_s(grid: ComputeGrid, batch: int, new_tokens: int, context: int, sc
         return at(pre, grid.prefill_tokens, b, new) + new * max(
             at(dec, grid.decode_context, b, ctx) - at(dec, grid.decode_context, b, grid.decode_context[0]), 0.0)
     cb, cn, cc = clamp(batch, new_tokens, context)
+    wide = _same_tokens_batch(grid, batch, new_tokens, context)
+    if wide is not None:
+        return at(pre, grid.prefill_tokens, wide, grid.prefill_tokens[-1])
     t = inside(cb, cn, cc)
     if scale is None or not (batch > cb or new_tokens > cn or context > cc):
         return t
@@ -138,6 +143,20 @@ def grid_time_s(grid: ComputeGrid, batch: int, new_tokens: int, context: int, sc
     ratio = t / edge
     k = (t - inside(pb, pn, pc)) / (edge - prev) if edge - prev > 0.1 * edge else ratio
     return t + min(max(k, 0.0), ratio) * (ask - edge)
+
+
+def _same_tokens_batch(grid: ComputeGrid, batch: int, new_tokens: int, context: int) -> float | None:
+    """For a CPU prompt (empty cache) longer than the grid's longest, the batch of prompts of that longest length
+    that holds as many tokens, where the grid measured that many (None otherwise). On the CPU a short prompt's cost is
+    its matrix products over all its tokens, whichever sequences they belong to: over the 20 CPU decoder grids of
+    the peers calls C-I (docs/peers/peers-*.json), 4 prompts of 16 tokens took a median 2.9% from 1 prompt of 64,
+    and 16 of 16 a median 4.3% from 4 of 64 (worst 41 and 31%). Continuing the prompt axis along the roofline
+    instead priced the first tokens of Accelerate's exported CPU plans up to 90% over what they measured (calls B-G;
+    docs/peers.md, twenty-fourth session). GPU grids reach 2048 tokens and keep the roofline's continuation."""
+    if grid.device != "cpu" or context or new_tokens <= grid.prefill_tokens[-1]:
+        return None
+    b = batch * new_tokens / grid.prefill_tokens[-1]
+    return b if grid.batch[0] <= b <= grid.batch[-1] else None
 
 
 def _inner(axis: tuple[int, ...], edge: int) -> int:

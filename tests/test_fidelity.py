@@ -365,3 +365,21 @@ def test_calibrate_reads_the_graph_overhead_off_the_decoder_grid(toy_machine):
             "decode_s": ((0.228e-3, 0.25e-3),)}
     assert _graph_overhead([grid], m, 40) == pytest.approx((0.228e-3 - 436e6 / 4.27e12) / 40)
     assert _graph_overhead([dict(grid, dispatch="eager")], m, 40) is None
+
+
+def test_cpu_prompt_past_the_grid_is_read_as_more_sequences_of_its_longest():
+    """A CPU grid measured to 64-token prompts at batch 1, 4 and 16: one 128-token prompt holds the tokens of two
+    64-token prompts, so it costs the batch-2 point of the 64 column (a third of the way from batch 1 to 4). Past the
+    batch axis, or on the GPU, the prompt axis is continued along the roofline as before."""
+    u = toy_model().units[0]
+    kw = dict(batch=(1, 4, 16), prefill_tokens=(16, 64), prefill_s=((6.0, 9.0), (9.0, 21.0), (21.0, 75.0)),
+              decode_context=(20, 68), decode_s=((5.0, 5.0), (6.0, 6.0), (7.0, 7.0)))
+    cpu, gpu = grid_for(u, device="cpu", **kw), grid_for(u, **kw)
+    roof = lambda b, s, k: b * s  # noqa: E731  (a roofline linear in tokens)
+    assert grid_time_s(cpu, 1, 128, 0, roof) == pytest.approx(9.0 + (21.0 - 9.0) / 3)
+    assert grid_time_s(cpu, 4, 256, 0, roof) == pytest.approx(75.0)              # 16 prompts of 64
+    # GPU: the 64-token column continued along the roofline (k = (9 - 6) / (64 - 16) per roofline second)
+    assert grid_time_s(gpu, 1, 128, 0, roof) == pytest.approx(9.0 + 3.0 / 48 * 64)
+    # 16 x 128 tokens are 32 prompts of 64, past the batch axis: the roofline continuation again, on the CPU too
+    assert grid_time_s(cpu, 16, 128, 0, roof) == pytest.approx(grid_time_s(gpu, 16, 128, 0, roof))
+    assert grid_time_s(cpu, 1, 64, 0, roof) == pytest.approx(9.0)                 # inside the grid: as measured
