@@ -143,14 +143,47 @@ def exported_with_preset(files: list[str], preset: str) -> dict:
     return dict(out, first_token=abs_summary(ttft))
 
 
+def airllm_phases(files: list[str]) -> None:
+    """What is left of each AirLLM run's error once its cleanup is the one it paid: predicted with `load_unit_s` set
+    to the run's own `clean_memory` per module (a diagnostic, not a prediction), beside the steps its hooks timed
+    per module (benchmarks/h200_peers.py Phases): the pre-hook (the wait for the loader thread, then the copy to the
+    GPU), the copy alone (`move_layer_to_device`) and the loader's `load_layer_to_cpu`."""
+    for f in files:
+        for e in json.loads(Path(f).read_text())["archs"]:
+            if "error" in e:
+                continue
+            shape, machine = ModelShape.model_validate(e["shape"]), profile_machine(e)
+            runs = [x for x in runs_of(e, shape, machine) if x[0] == "airllm"]
+            for (_, kind, _, run, _), r in zip(runs, [r for r in e["airllm"] if "error" not in r]):
+                ph = r.get("phases")
+                if not ph:
+                    continue
+                per = {k: v["total_s"] / v["calls"] for k, v in ph.items() if v["calls"]}
+                own = with_peer(machine, "airllm", machine.peers["airllm"].model_copy(
+                    update={"load_unit_s": per["clean_memory"]}))
+                err = 100 * (predict(shape, own, run)["time_per_token_s"] / run.measured_tpot_s - 1)
+                layer = max(u.nbytes for u in shape.units if u.kind == "decoder")
+                print(f"{Path(f).name} {e['arch']} {kind} b{run.workload.batch}: with its own cleanup "
+                      f"({per['clean_memory']:.3f} s a module) {err:+.1f}%; per module: pre-hook "
+                      f"{1e3 * per['_pre_hook']:.1f} ms, of it the copy {1e3 * per['move_layer_to_device']:.1f} ms, "
+                      f"the wait {1e3 * (per['_pre_hook'] - per['move_layer_to_device']):.1f} ms "
+                      f"({1e3 * (per['_pre_hook'] - per['move_layer_to_device']) / (layer / 2**20):.3f} ms per "
+                      f"MiB of a decoder); the loader {1e3 * per['load_layer_to_cpu']:.1f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--json", default=None)
     ap.add_argument("--preset", default=None, help="only: the exported plans priced today with this preset's costs")
+    ap.add_argument("--airllm-phases", action="store_true",
+                    help="only: each AirLLM run predicted with its own cleanup per module, beside its timed steps")
     a = ap.parse_args()
     if a.preset:
         exported_with_preset(a.files, a.preset)
+        return
+    if a.airllm_phases:
+        airllm_phases(a.files)
         return
     archs = []
     for f in a.files:
