@@ -38,7 +38,9 @@ def busy(events) -> float:
     return total
 
 
-def repredict(entry: dict, run: dict) -> dict:
+def run_inputs(entry: dict, run: dict) -> tuple:
+    """(shape, machine, plan, workload, budgets, VRAM the engine needed) of a recorded run, budgets widened to the
+    VRAM it took."""
     # the recorded peer entries are unmeasured defaults of the code of the day: today's are used (runs are offloadsim's)
     machine = MachineSpec.model_validate({k: v for k, v in entry["profile"]["machine"].items() if k != "peers"})
     shape = ModelShape.model_validate(entry["shape"])
@@ -50,7 +52,13 @@ def repredict(entry: dict, run: dict) -> dict:
     # a plan made by the memory model of its day that today's refuses (it needs more than its budget: the engine
     # held that much, docs/validation.md) is still timed as it ran, with the VRAM it took
     room = max(budgets.vram_bytes, need, memory_use(shape, plan, w, budgets).vram_bytes)
-    sim = simulate(shape, machine, plan, w, budgets.model_copy(update={"vram_bytes": room}))
+    return shape, machine, plan, w, budgets.model_copy(update={"vram_bytes": room}), need
+
+
+def repredict(entry: dict, run: dict) -> dict:
+    shape, machine, plan, w, room, need = run_inputs(entry, run)
+    budgets = Budgets.model_validate(run["budgets"])
+    sim = simulate(shape, machine, plan, w, room)
     pred_events = [[e.token, e.unit, e.stage, e.start_s, e.end_s] for e in sim.events]
     meas = run["measured"]
     row = {"file": run["_file"], "arch": entry["arch"], "layers": shape.n_blocks, "label": run["label"], "batch": run["batch"],

@@ -112,15 +112,13 @@ def abs_summary(errs: list[float]) -> dict:
             "worst_abs_error_pct": max(map(abs, errs)) if errs else None}
 
 
-def exported_with_preset(files: list[str], preset: str) -> dict:
-    """Every exported plan the files recorded, predicted again as `plan --engine accelerate` would price it today:
-    this code, the call's calibrated profile and the preset's Accelerate costs (what calibrate measures of them taken
-    from the profile). Prints a line per run; returns the summary."""
+def exported_runs(files: list[str], preset: str):
+    """Every exported plan the files recorded, as `plan --engine accelerate` prices it today: (file, arch, run,
+    shape, machine, plan, workload, budgets) with the call's calibrated profile and the preset's Accelerate costs
+    (what calibrate measures of them taken from the profile)."""
     from hwmodels.presets import load_machine
     from sim.plan import Plan
-    from sim.simulate import fast_simulate
     costs = {"accelerate": load_machine(preset).peers["accelerate"]}
-    errs, ttft = [], []
     for f in files:
         for e in json.loads(Path(f).read_text())["archs"]:
             if "error" in e:
@@ -128,15 +126,23 @@ def exported_with_preset(files: list[str], preset: str) -> dict:
             shape, machine = ModelShape.model_validate(e["shape"]), profile_machine(e, costs)
             big = Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=50 * 2**30)
             for r in e["accelerate"]:
-                if "exported" not in r or "error" in r:
-                    continue
-                w = Workload(batch=1, prompt_tokens=128, new_tokens=len(r["token_gaps_s"]) + 1, warm=True)
-                pred = fast_simulate(shape, machine, Plan.model_validate(r["exported"]["plan"]), w, big)
-                errs.append(100 * (pred["time_per_token_s"] / r["time_per_token_s"] - 1))
-                ttft.append(100 * (pred["ttft_s"] / r["ttft_s"] - 1))
-                print(f"{Path(f).name} {e['arch']} {r['label']}: predicted now {pred['time_per_token_s']:.4f} s "
-                      f"(at export {r['exported']['predicted_tpot_s']:.4f}), measured {r['time_per_token_s']:.4f}, "
-                      f"{errs[-1]:+.1f}%; first token {pred['ttft_s']:.3f} / {r['ttft_s']:.3f} s, {ttft[-1]:+.1f}%")
+                if "exported" in r and "error" not in r:
+                    w = Workload(batch=1, prompt_tokens=128, new_tokens=len(r["token_gaps_s"]) + 1, warm=True)
+                    yield Path(f).name, e["arch"], r, shape, machine, Plan.model_validate(r["exported"]["plan"]), w, big
+
+
+def exported_with_preset(files: list[str], preset: str) -> dict:
+    """Every exported plan the files recorded, predicted again as `plan --engine accelerate` would price it today
+    (exported_runs). Prints a line per run; returns the summary."""
+    from sim.simulate import fast_simulate
+    errs, ttft = [], []
+    for name, arch, r, shape, machine, plan, w, big in exported_runs(files, preset):
+        pred = fast_simulate(shape, machine, plan, w, big)
+        errs.append(100 * (pred["time_per_token_s"] / r["time_per_token_s"] - 1))
+        ttft.append(100 * (pred["ttft_s"] / r["ttft_s"] - 1))
+        print(f"{name} {arch} {r['label']}: predicted now {pred['time_per_token_s']:.4f} s "
+              f"(at export {r['exported']['predicted_tpot_s']:.4f}), measured {r['time_per_token_s']:.4f}, "
+              f"{errs[-1]:+.1f}%; first token {pred['ttft_s']:.3f} / {r['ttft_s']:.3f} s, {ttft[-1]:+.1f}%")
     out = abs_summary(errs)
     print(f"exported plans, predicted now with {preset}'s costs: {out}")
     print(f"their first tokens: {abs_summary(ttft)}")

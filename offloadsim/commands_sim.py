@@ -48,7 +48,7 @@ def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
     if rng:
         lo, hi = rng["time_per_token_s"]
         lines.append(f"CPU repeatability    the CPU grids moved by {rng['spread']:.0%} while calibrate timed them: "
-                     f"{lo:.4f}-{hi:.4f} s per token")
+                     f"{lo:.4f}-{hi:.4f} s per token ({rng['coverage']:.0%} of later runs, for the host's drift alone)")
     if attrib:
         lines.append("if resident (time per token saved):")
         lines += [f"  {a['unit']:<44} {a['tier']:<13} {a['gain_s']:8.4f} s" for a in attrib]

@@ -1,5 +1,7 @@
 """Issue 9's model pieces on hand-worked values: measured compute grids, copy speed by size, the load phase,
 pageable copies that do not overlap compute, CPU contention beside streaming, and offloaded disk units' reads."""
+import math
+
 import pytest
 
 from hwmodels.profiles import ComputeGrid, H2DPoint
@@ -324,11 +326,16 @@ def test_cpu_grids_interleave_pageable_and_pinned_rounds(monkeypatch):
     assert [(g.memory, g.decode_s[0][0]) for g in got] == [("pageable", pytest.approx(0.3)), ("pinned", pytest.approx(0.4))]
 
 
-def test_cpu_range_spans_the_measured_spread(toy_machine):
-    """l0 on the CPU from a grid timed in rounds that spread by 20% (0.8 s a step), l1 and l2 on the GPU (0.8 + 0.2 s
-    by the roofline): 1.8 s per token, from 0.8 x 0.9 + 1.0 = 1.72 s to 0.8 x 1.1 + 1.0 = 1.88 s. Timed once (no
-    spread), or with nothing on the CPU, there is no range."""
-    from sim.interval import cpu_range
+def test_cpu_range_is_a_90pct_interval_from_the_measured_spread(toy_machine):
+    """l0 on the CPU from a grid timed in 3 rounds that spread by 20% (0.8 s a step), l1 and l2 on the GPU (0.8 + 0.2
+    s by the roofline): 1.8 s per token. Three normal draws span d2(3) = 3 / sqrt(pi) sigma on average, and a fourth
+    lies within 1.6449 sigma sqrt(4/3) of their mean 90% of the time: k = 1.6449 x 1.1547 x sqrt(pi) / 3 = 1.1222
+    spreads, so the CPU's 0.8 s spans 0.8 x (1 -+ 0.2244) and the token 1.6204-1.9796 s. Timed once (no spread), or
+    with nothing on the CPU, there is no range."""
+    from sim.interval import cpu_range, expected_range, interval_factor
+    assert expected_range(3) == pytest.approx(3 / math.sqrt(math.pi), rel=1e-6)
+    assert expected_range(2) == pytest.approx(2 / math.sqrt(math.pi), rel=1e-6)
+    assert interval_factor(3) == pytest.approx(1.6448536 * math.sqrt(4 / 3) * math.sqrt(math.pi) / 3, rel=1e-6)
     from sim.simulate import fast_simulate
     m = toy_model((4, 8, 2))
     g = grid_for(m.units[0], device="cpu", prefill_s=((0.8, 0.8), (0.8, 0.8)), decode_s=((0.8, 0.8), (0.8, 0.8)))
@@ -338,7 +345,10 @@ def test_cpu_range_spans_the_measured_spread(toy_machine):
     machine = toy_machine.model_copy(update={"compute_grids": (g.model_copy(update={"spread": 0.2}),)})
     assert fast_simulate(m, machine, plan, ONE, BIG)["time_per_token_s"] == pytest.approx(1.8)
     r = cpu_range(m, machine, plan, ONE, BIG)
-    assert r["spread"] == pytest.approx(0.2) and r["time_per_token_s"] == pytest.approx((1.72, 1.88))
+    k = 1.6448536 * math.sqrt(4 / 3) * math.sqrt(math.pi) / 3
+    assert r["spread"] == pytest.approx(0.2) and r["coverage"] == 0.9
+    assert r["time_per_token_s"] == pytest.approx((0.8 * (1 - 0.2 * k) + 1.0, 0.8 * (1 + 0.2 * k) + 1.0))
+    assert r["time_per_token_s"] == pytest.approx((1.6204, 1.9796), abs=1e-4)
     assert cpu_range(m, toy_machine.model_copy(update={"compute_grids": (g,)}), plan, ONE, BIG) is None
     assert cpu_range(m, machine, toy_plan(m, "vram"), ONE, BIG) is None
 

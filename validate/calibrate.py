@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from hwmodels.presets import load_machine
+from sim.interval import CALIBRATE_ROUNDS  # the prediction interval reads a grid's spread as that many draws
 from validate.module_cleanup import module_cleanup
 
 MiB = 2**20
@@ -281,7 +282,7 @@ def contention(config: dict, machine, cuda: bool) -> dict:
     return {"cpu_decoder_alone_s": alone, "cpu_decoder_beside_copies_s": busy, "factor": max(busy / alone, 1.0)}
 
 
-CPU_ROUNDS = 3  # the CPU grids are the median of this many rounds, pageable and pinned interleaved
+CPU_ROUNDS = CALIBRATE_ROUNDS  # the CPU grids: the median of this many rounds, pageable and pinned interleaved
 
 
 def cpu_grids(config: dict, machine, grid: dict, rounds: int) -> list:
