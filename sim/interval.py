@@ -9,11 +9,12 @@ their mean with probability COVERAGE (z its two-sided normal quantile): for 3 ro
 The interval is the host's drift alone, not the model's own error. An earlier version spanned half a spread either
 side. Measured coverage (benchmarks/interval_coverage.py, docs/peers.md twenty-fourth session; nothing fitted: the
 factor is the normal theory's for 3 draws): of the 17 exported Accelerate plans of calls D-I that computed on the
-CPU, 6 fell inside the earlier interval and 14 inside this one. Of the 51 validation runs of offloadsim's engine with
-CPU compute (calls K-Q), 17 and 25 did; the rest are the model's own misses.
+CPU, 6 fell inside the earlier interval and 14 inside this one. Of the 43 validation runs of offloadsim's engine with
+CPU compute on the critical path (calls K-Q), 17 and 25 did; the rest are the model's own misses.
 
-Only CPU compute carries a measured spread; a plan that computes nothing on the CPU, or a profile whose CPU grids
-were timed once, gets no range.
+Only CPU compute carries a measured spread; a plan that computes nothing on the CPU (or whose CPU work every step
+moves to the GPU), or a profile whose CPU grids were timed once, gets no range. A peer whose own CPU kernels are
+priced instead of the grids (llama.cpp's measured streaming speed) takes the same host factor on its CPU speeds.
 """
 from __future__ import annotations
 
@@ -69,9 +70,24 @@ def cpu_range(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workload, 
     out, k = [], interval_factor()
     for f in (max(1 - k * s, 0.05), 1 + k * s):
         grids = tuple(_scaled(g, f) if g.device == "cpu" else g for g in machine.compute_grids)
-        m = machine.model_copy(update={"compute_grids": grids})
+        m = machine.model_copy(update={"compute_grids": grids, "peers": _peers_scaled(machine, plan.engine, f)})
         try:
             out.append(fast_simulate(model, m, plan, w, budgets)["time_per_token_s"])
         except Unsupported:  # a SimPy-only feature (several reader threads)
             out.append(simulate(model, m, plan, w, budgets).summary["time_per_token_s"])
+    if out[1] - out[0] <= 1e-9 * out[1]:  # the CPU's work is off the critical path (every step offloaded)
+        return None
     return {"spread": s, "coverage": COVERAGE, "time_per_token_s": (out[0], out[1])}
+
+
+RATES = ("cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_flops_per_s")
+
+
+def _peers_scaled(machine: MachineSpec, engine: str, f: float) -> dict:
+    """The machine's peers with `engine`'s own CPU kernels (llama.cpp's measured streaming, priced instead of the
+    grids) at the same host speed x 1/f: its rates / f, its per-operator cost x f."""
+    peer = machine.peers.get(engine)
+    if peer is None or peer.cpu_bytes_per_s is None:
+        return machine.peers
+    upd = {r: getattr(peer, r) / f for r in RATES if getattr(peer, r) is not None}
+    return {**machine.peers, engine: peer.model_copy(update=dict(upd, cpu_op_s=peer.cpu_op_s * f))}

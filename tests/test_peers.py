@@ -1487,3 +1487,24 @@ def test_module_cleanup_reports_a_failed_interpreter(tmp_path):
     got = module_cleanup({"model_type": "no-such-architecture"}, tmp_path)
     assert set(got) == {"error"} and "\n" not in got["error"] and got["error"]
     assert not list(tmp_path.iterdir())
+
+
+def test_llamacpp_cpu_range_scales_its_own_cpu_speed(toy_machine):
+    """The test above's llama-cpp decoder l0 on the CPU (4 B at 2 B/s plus 22 ops x 0.01 s: 2.22 s), l1 and l2 on the
+    GPU grids (0.8 + 0.2 s): 3.22 s. With CPU grids timed in rounds that spread 20%, the host factor 1 -+ 0.2 k
+    (k = 1.1222, sim.interval) applies to llama.cpp's own CPU kernels, not only to the grids (which its CPU units do not
+    read): 2.22 x (1 -+ 0.2244) + 1.0."""
+    import math
+
+    from sim.interval import cpu_range
+    model = toy_model((4, 8, 2))
+    grids = _grids(model, {"l0": ("cpu", 0.8), "l1": ("gpu", 0.8), "l2": ("gpu", 0.2)})
+    grids = tuple(g.model_copy(update={"spread": 0.2}) if g.device == "cpu" else g for g in grids)
+    machine = toy_machine.model_copy(update={"compute_grids": grids})
+    m, plan = _llamacpp_of(model, machine, ["ram_pageable", "vram", "vram"],
+                           PeerSpec(cpu_bytes_per_s=2.0, cpu_op_s=0.01))
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(3.22)
+    k = 1.6448536 * math.sqrt(4 / 3) * math.sqrt(math.pi) / 3
+    lo, hi = cpu_range(model, m, plan, W, BIG)["time_per_token_s"]
+    assert (lo, hi) == (pytest.approx(2.22 * (1 - 0.2 * k) + 1.0, rel=1e-6), pytest.approx(2.22 * (1 + 0.2 * k) + 1.0,
+                                                                                            rel=1e-6))
