@@ -267,7 +267,9 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
         per_tensor = peer.disk_tensor_s + peer.disk_header_entry_s * model.tensors_per_shard if disk else 0.0
         units = airllm_modules(u, tied_head) if plan.engine == "airllm" else float(gpu_load)
         overhead = (peer.load_module_s * mods if gpu_load else 0.0) + peer.load_unit_s * units + per_tensor * mods \
-            + (peer.step_s if ui == 0 and pays_step else 0.0)
+            + (peer.step_s if ui == 0 and pays_step else 0.0) \
+            + (airllm_loader_wait_s(u, machine, copy) if plan.engine == "airllm" and gpu_load and not model.is_moe
+               else 0.0)
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
 
@@ -280,6 +282,27 @@ def airllm_modules(u: UnitShape, tied_head: bool) -> int:
     if u.kind == "lm_head":  # our head unit holds the final norm too
         return 1 if tied_head else 2
     return 1
+
+
+def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float) -> float:
+    """AirLLM's pre-hook waiting for its loader thread, per streamed dense decoder. The loader pins the next module's
+    tensors one by one (`pin_memory()`, a copy at memcpy speed that releases the interpreter's lock), while the main
+    thread copies this module to the GPU, runs it, then calls `gc.collect()`, which holds the lock for its 0.2 s: the
+    loader finishes the copy it is in and then stands still until the collection ends (benchmarks/gil_probe.py on the
+    development machine: 0-1 of 8 copies of a thread completed during a collection; docs/peers.md). So
+    of the next module, what the loader copies while this one is copied to the GPU, and the one tensor in flight
+    (taken as the largest: an MLP matrix), are ready when the hook asks; the rest is copied while the hook waits.
+    A decoder's MLP matrix: its parameters less the attention's (hidden x (2 hidden + 2 KV width), the KV width from
+    its 16-bit cache) over three. The embedding and the head are one matrix each (nothing left to wait for); an MoE
+    layer is not priced (its experts' tensors are many and small). Calls F-I, 8 warm runs of four shapes: the hooks
+    waited 3.8, 6.3, 22.1 and 20.7 ms a module against 3.0, 12.8, 23.5 and 24.7 from this (peers_report.py
+    --airllm-phases); a rule written after seeing those runs."""
+    if u.kind != "decoder" or not u.params:
+        return 0.0
+    per_param = u.nbytes / u.params
+    attention = u.hidden * (2 * u.hidden + 2 * u.kv_bytes_per_token // 4)
+    mlp_matrix = max(u.params - attention, 0) / 3 * per_param
+    return max(0.0, (u.nbytes - mlp_matrix) / machine.host_memory.memcpy_bytes_per_s - copy_s)
 
 
 GRAPH_WARMUP_STEPS = 2  # llama.cpp's CUDA backend: a graph whose shapes changed runs eagerly, then is captured

@@ -1508,3 +1508,26 @@ def test_llamacpp_cpu_range_scales_its_own_cpu_speed(toy_machine):
     lo, hi = cpu_range(model, m, plan, W, BIG)["time_per_token_s"]
     assert (lo, hi) == (pytest.approx(2.22 * (1 - 0.2 * k) + 1.0, rel=1e-6), pytest.approx(2.22 * (1 + 0.2 * k) + 1.0,
                                                                                             rel=1e-6))
+
+
+def test_airllm_loader_wait_hand_worked():
+    """A Llama-1B-like decoder (hidden 2048, MLP 8192, 32 heads of 64 over 8 KV heads), 121,643,008 bytes of
+    60,821,504 parameters. Attention: 2048 x (2 x 2048 + 2 x 512) = 10,485,760; an MLP matrix (60,821,504 -
+    10,485,760) / 3 = 16,778,581.3 parameters, 33,557,162.7 bytes. At 10 GB/s memcpy the loader has 88,085,845.3
+    bytes left after the largest tensor: 8.8086 ms, less the 2 ms copy to the GPU it overlaps: 6.8086 ms. A copy
+    longer than that leaves no wait; the embedding and the head (one matrix each) never wait."""
+    from hwmodels.presets import load_machine
+    from sim.families import shape_from_config
+    from sim.schedule import airllm_loader_wait_s
+    cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 1024,
+           "torch_dtype": "bfloat16"}
+    shape = shape_from_config(cfg)
+    m = load_machine("h200-testbox")
+    m = m.model_copy(update={"host_memory": m.host_memory.model_copy(update={"memcpy_bytes_per_s": 10e9})})
+    dec = next(u for u in shape.units if u.kind == "decoder")
+    assert (dec.nbytes, dec.params, dec.kv_bytes_per_token) == (121_643_008, 60_821_504, 2048)
+    assert airllm_loader_wait_s(dec, m, 0.002) == pytest.approx((121_643_008 - 2 * 50_335_744 / 3) / 10e9 - 0.002)
+    assert airllm_loader_wait_s(dec, m, 0.002) == pytest.approx(6.8086e-3, abs=1e-7)
+    assert airllm_loader_wait_s(dec, m, 0.01) == 0.0
+    assert all(airllm_loader_wait_s(u, m, 0.0) == 0.0 for u in shape.units if u.kind != "decoder")
