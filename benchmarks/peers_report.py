@@ -21,6 +21,7 @@ from hwmodels.specs import MachineSpec
 from planner.export import hf_module
 from sim.plan import Budgets, Workload
 from sim.policies import POLICIES, accelerate_map, accelerate_tiers
+from sim.schedule import airllm_loader_wait_s, build_schedule
 from sim.shapes import ModelShape
 from validate.peer_calibration import PeerRun, fit, predict, with_peer
 
@@ -169,12 +170,17 @@ def airllm_phases(files: list[str]) -> None:
                     update={"load_unit_s": per["clean_memory"]}))
                 err = 100 * (predict(shape, own, run)["time_per_token_s"] / run.measured_tpot_s - 1)
                 layer = max(u.nbytes for u in shape.units if u.kind == "decoder")
+                dec = next(i for i, u in enumerate(shape.units) if u.kind == "decoder")
+                copy = build_schedule(shape, machine, run.plan, run.workload, run.budgets).copy_s[dec]
+                priced = airllm_loader_wait_s(shape.units[dec], machine, copy)
                 print(f"{Path(f).name} {e['arch']} {kind} b{run.workload.batch}: with its own cleanup "
                       f"({per['clean_memory']:.3f} s a module) {err:+.1f}%; per module: pre-hook "
                       f"{1e3 * per['_pre_hook']:.1f} ms, of it the copy {1e3 * per['move_layer_to_device']:.1f} ms, "
                       f"the wait {1e3 * (per['_pre_hook'] - per['move_layer_to_device']):.1f} ms "
                       f"({1e3 * (per['_pre_hook'] - per['move_layer_to_device']) / (layer / 2**20):.3f} ms per "
-                      f"MiB of a decoder); the loader {1e3 * per['load_layer_to_cpu']:.1f} ms")
+                      f"MiB of a decoder); the loader {1e3 * per['load_layer_to_cpu']:.1f} ms. Priced for a decoder: "
+                      f"the copy {1e3 * copy:.1f} ms, the wait {1e3 * priced:.1f} ms, the pre-hook "
+                      f"{1e3 * (copy + priced):.1f} ms")
 
 
 def main() -> None:

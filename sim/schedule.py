@@ -294,9 +294,10 @@ def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float) -> f
     (taken as the largest: an MLP matrix), are ready when the hook asks; the rest is copied while the hook waits.
     A decoder's MLP matrix: its parameters less the attention's (hidden x (2 hidden + 2 KV width), the KV width from
     its 16-bit cache) over three. The embedding and the head are one matrix each (nothing left to wait for); an MoE
-    layer is not priced (its experts' tensors are many and small). Calls F-I, 8 warm runs of four shapes: the hooks
-    waited 3.8, 6.3, 22.1 and 20.7 ms a module against 3.0, 12.8, 23.5 and 24.7 from this (peers_report.py
-    --airllm-phases); a rule written after seeing those runs."""
+    layer is not priced (its experts' tensors are many and small). Calls F-I, 8 warm runs of four shapes
+    (peers_report.py --airllm-phases): the pre-hook, copy and wait, took 7.6-7.7, 11.5-12.3, 38.8-40.0 and 33.8-35.4
+    ms a decoder, priced now at 7.9, 20.9, 42.6 and 41.0; the split differs (the copies ran slower than priced, the
+    waits shorter than this wait: 3.8-23.0 ms against 5.7-30.7). A rule written after seeing those runs."""
     if u.kind != "decoder" or not u.params:
         return 0.0
     per_param = u.nbytes / u.params
