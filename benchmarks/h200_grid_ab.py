@@ -78,6 +78,8 @@ def main() -> None:
         return report(json.loads(Path(a.report).read_text()))
     if not a.trees or not a.out:
         ap.error("--trees and --out are needed to measure (or give --report FILE)")
+    if any(":" not in t for t in a.trees.split(",")):
+        ap.error(f"--trees {a.trees!r}: give NAME:DIR pairs separated by commas, e.g. old:.oldsnap,new:.")
     trees = dict(t.split(":", 1) for t in a.trees.split(","))
     if a.hf:
         trees["transformers"] = "."

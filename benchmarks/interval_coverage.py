@@ -50,11 +50,9 @@ def matrix_cases(files: list[str]):
 
 
 def coverage(cases, factor: float | None) -> dict:
-    if factor is not None:
-        interval.interval_factor = lambda *a, **k: factor
     n = inside = 0
     for label, shape, machine, plan, w, budgets, measured in cases:
-        rng = interval.cpu_range(shape, machine, plan, w, budgets)
+        rng = interval.cpu_range(shape, machine, plan, w, budgets, factor)
         if rng is None:
             continue
         lo, hi = rng["time_per_token_s"]

@@ -13,6 +13,7 @@ Run: python benchmarks/peers_report.py docs/peers/peers-a.json [--json OUT]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -88,13 +89,19 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
     return out
 
 
+@functools.cache
+def _preset_peers() -> dict:
+    """The h200-testbox preset's peer costs, read once."""
+    from hwmodels.presets import load_machine
+    return load_machine("h200-testbox").peers
+
+
 def profile_machine(e: dict, peers: dict | None = None) -> MachineSpec:
     """The machine of a recorded architecture's calibrated profile. Its peer entries are the defaults of the code
     that recorded it: take today's engine facts (or `peers`), with what calibrate measured of them on that host; what
     calibrate did not measure yet when the call ran (Accelerate's disk costs before call D) from the h200-testbox
     preset, which holds those measurements of this machine."""
-    from hwmodels.presets import load_machine
-    preset = load_machine("h200-testbox").peers
+    preset = _preset_peers()
     prof = e["profile"]["machine"]
     machine = MachineSpec.model_validate({k: v for k, v in prof.items() if k != "peers"})
     for engine, fields in MEASURED.items():

@@ -58,16 +58,17 @@ def cpu_spread(machine: MachineSpec) -> float | None:
     return float(np.median(spreads)) if spreads else None
 
 
-def cpu_range(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workload, budgets: Budgets) -> dict | None:
+def cpu_range(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workload, budgets: Budgets,
+              factor: float | None = None) -> dict | None:
     """{'spread': s, 'coverage': COVERAGE, 'time_per_token_s': (fast, slow)}: the time per token with every CPU grid
-    x (1 - k s) and x (1 + k s), k = interval_factor() (at least 5% of the grid's time at the fast end); None when the
-    plan computes nothing on the CPU or the spread was not measured."""
+    x (1 - k s) and x (1 + k s), k = `factor` or interval_factor() (at least 5% of the grid's time at the fast end);
+    None when the plan computes nothing on the CPU or the spread was not measured."""
     from sim.fast import Unsupported
     from sim.simulate import fast_simulate, simulate
     s = cpu_spread(machine)
     if s is None or not any(p.compute == "cpu" for p in plan.placements):
         return None
-    out, k = [], interval_factor()
+    out, k = [], interval_factor() if factor is None else factor
     for f in (max(1 - k * s, 0.05), 1 + k * s):
         grids = tuple(_scaled(g, f) if g.device == "cpu" else g for g in machine.compute_grids)
         m = machine.model_copy(update={"compute_grids": grids, "peers": _peers_scaled(machine, plan.engine, f)})

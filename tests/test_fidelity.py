@@ -349,6 +349,8 @@ def test_cpu_range_is_a_90pct_interval_from_the_measured_spread(toy_machine):
     assert r["spread"] == pytest.approx(0.2) and r["coverage"] == 0.9
     assert r["time_per_token_s"] == pytest.approx((0.8 * (1 - 0.2 * k) + 1.0, 0.8 * (1 + 0.2 * k) + 1.0))
     assert r["time_per_token_s"] == pytest.approx((1.6204, 1.9796), abs=1e-4)
+    # half a spread either side (the range before): 0.8 x (1 -+ 0.1) + 1.0
+    assert cpu_range(m, machine, plan, ONE, BIG, factor=0.5)["time_per_token_s"] == pytest.approx((1.72, 1.88))
     assert cpu_range(m, toy_machine.model_copy(update={"compute_grids": (g,)}), plan, ONE, BIG) is None
     assert cpu_range(m, machine, toy_plan(m, "vram"), ONE, BIG) is None
 
