@@ -33,7 +33,8 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
         raise Unsupported("the fast evaluator models one disk reader; parallel readers need the SimPy timeline")
     load = sch.load
     read_b, unpack_s, copy_s, comp_s, gate = sch.read_bytes, sch.unpack_s, sch.copy_s, sch.compute_s + sch.overhead_s, sch.gate
-    lat, cold, warm = sch.read_latency_s, sch.cold_bytes_per_s, sch.cache_bytes_per_s
+    lat, warm = sch.read_latency_s, sch.cache_bytes_per_s
+    cold = warm if sch.loader_faults else sch.cold_bytes_per_s  # a faulting loader's cold part is in its wait
     d = prefetch_depth
     r = rules(sch, prefetch_depth, overlap_copy, vram_slots, pinned_slots)
     blocking, pf, pin_src, vram_src = r.blocking, r.window, r.pin_from, r.vram_from

@@ -57,6 +57,9 @@ class Schedule:
     cache_bytes_per_s: float = 1.0
     cache_capacity_bytes: float = 0.0
     warm_keys: list[tuple] = field(default_factory=list)  # (unit, bytes, active) in the page cache at start, oldest first
+    # the engine's loader reads by faulting mapped pages in inside its pin copies (AirLLM): its reads cost the reader
+    # lane only their page-cache part, their cold part is priced in the wait for the loader (airllm_cold_waits)
+    loader_faults: bool = False
     memory: MemoryUse | None = None
     compute_sources: dict[str, str] = field(default_factory=dict)  # unit kind@device -> 'profile' or 'roofline'
 
@@ -183,7 +186,27 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         sch.link_at_s[k] = link_at_s(units[int(sch.unit[k])], machine, w, int(sch.step[k]))
     if w.warm:
         sch.warm_keys = _warm_contents(sch)
+    if plan.engine == "airllm" and peer is not None and not model.is_moe:
+        airllm_cold_waits(sch, model, machine, peer.load_unit_s)
     return sch
+
+
+def airllm_cold_waits(sch: Schedule, model: ModelShape, machine: MachineSpec, cleanup_s: float) -> None:
+    """AirLLM's loader reads a module by faulting its mapped pages in while it pins them, so a read that misses the
+    page cache lengthens the pin copies the hook waits for (airllm_loader_wait_s with the item's missed share); the
+    first streamed module of the request waits for its whole read. Which bytes miss depends only on the order of
+    reads (sim.fast.cache_found). Warm reads keep the row's wait."""
+    from sim.fast import cache_found  # sim.fast reads this module's columns
+    found, _, _ = cache_found(sch)
+    sch.loader_faults = True
+    loads = np.flatnonzero((sch.load == GPU_LOAD) & (sch.read_bytes > 0))
+    for k in loads.tolist():
+        miss = 1.0 - found[k] / sch.read_bytes[k]
+        if miss <= 0:
+            continue
+        u, copy = model.units[int(sch.unit[k])], float(sch.copy_s[k])
+        sch.overhead_s[k] += airllm_loader_wait_s(u, machine, copy, miss, cleanup_s, first=k == loads[0]) \
+            - airllm_loader_wait_s(u, machine, copy, 0.0, cleanup_s)
 
 
 def offload_kv_move_s(unit, machine: MachineSpec, w: Workload, s: int) -> float:
@@ -268,8 +291,8 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
         units = airllm_modules(u, tied_head) if plan.engine == "airllm" else float(gpu_load)
         overhead = (peer.load_module_s * mods if gpu_load else 0.0) + peer.load_unit_s * units + per_tensor * mods \
             + (peer.step_s if ui == 0 and pays_step else 0.0) \
-            + (airllm_loader_wait_s(u, machine, copy) if plan.engine == "airllm" and gpu_load and not model.is_moe
-               else 0.0)
+            + (airllm_loader_wait_s(u, machine, copy, 0.0, peer.load_unit_s)
+               if plan.engine == "airllm" and gpu_load and not model.is_moe else 0.0)
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
 
 
@@ -284,26 +307,37 @@ def airllm_modules(u: UnitShape, tied_head: bool) -> int:
     return 1
 
 
-def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float) -> float:
-    """AirLLM's pre-hook waiting for its loader thread, per streamed dense decoder. The loader pins the next module's
-    tensors one by one (`pin_memory()`, a copy at memcpy speed that releases the interpreter's lock), while the main
-    thread copies this module to the GPU, runs it, then calls `gc.collect()`, which holds the lock for its 0.2 s: the
-    loader finishes the copy it is in and then stands still until the collection ends (benchmarks/gil_probe.py on the
-    development machine: 0-1 of 8 copies of a thread completed during a collection; docs/peers.md). So
-    of the next module, what the loader copies while this one is copied to the GPU, and the one tensor in flight
-    (taken as the largest: an MLP matrix), are ready when the hook asks; the rest is copied while the hook waits.
-    A decoder's MLP matrix: its parameters less the attention's (hidden x (2 hidden + 2 KV width), the KV width from
-    its 16-bit cache) over three. The embedding and the head are one matrix each (nothing left to wait for); an MoE
-    layer is not priced (its experts' tensors are many and small). Calls F-I, 8 warm runs of four shapes
-    (peers_report.py --airllm-phases): the pre-hook, copy and wait, took 7.6-7.7, 11.5-12.3, 38.8-40.0 and 33.8-35.4
-    ms a decoder, priced now at 7.9, 20.9, 42.6 and 41.0; the split differs (the copies ran slower than priced, the
-    waits shorter than this wait: 3.8-23.0 ms against 5.7-30.7). A rule written after seeing those runs."""
-    if u.kind != "decoder" or not u.params:
+def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float, miss_share: float = 0.0,
+                        cleanup_s: float | None = None, first: bool = False) -> float:
+    """AirLLM's pre-hook waiting for its loader thread, per streamed module of a dense model. The loader pins the next
+    module's tensors one by one (`pin_memory()`, a copy at memcpy speed that releases the interpreter's lock), while
+    the main thread copies this module to the GPU, runs it, then calls `gc.collect()`, which holds the lock for its
+    0.2 s: the loader finishes the copy it is in and then stands still until the collection ends
+    (benchmarks/gil_probe.py on the development machine: 0-1 of 8 copies of a thread completed during a collection;
+    docs/peers.md). So of the next module, what the loader copies while this one is copied to the GPU, and the one
+    tensor in flight (taken as the largest: an MLP matrix, or the whole of a one-matrix embedding or head) within the
+    collection (`cleanup_s`; None: taken as long enough), are ready when the hook asks; the rest is copied while the
+    hook waits. A decoder's MLP matrix: its parameters less the attention's (hidden x (2 hidden + 2 KV width), the KV
+    width from its 16-bit cache) over three.
+    The loader's shards are memory-mapped: a `miss_share` of the module not in the page cache is read from disk by
+    the pin copy's page faults, at the disk's cold speed on top of the copy's. The `first` module of a request has no
+    collection before it to overlap: it waits for its whole read (its pin copy is the loader lane's).
+    Warm, calls F-I, 8 runs of four shapes (peers_report.py --airllm-phases): the pre-hook, copy and wait, took
+    7.6-7.7, 11.5-12.3, 38.8-40.0 and 33.8-35.4 ms a decoder, priced now at 7.9, 20.9, 42.6 and 41.0; the split
+    differs (the copies ran slower than priced, the waits shorter than this wait: 3.8-23.0 ms against 5.7-30.7).
+    Rules written after seeing those runs (the cold part after calls F-J's cold first tokens)."""
+    if u.kind not in ("decoder", "embedding", "lm_head") or not u.params:
         return 0.0
-    per_param = u.nbytes / u.params
-    attention = u.hidden * (2 * u.hidden + 2 * u.kv_bytes_per_token // 4)
-    mlp_matrix = max(u.params - attention, 0) / 3 * per_param
-    return max(0.0, (u.nbytes - mlp_matrix) / machine.host_memory.memcpy_bytes_per_s - copy_s)
+    cold = machine.storage.cold_read_bytes_per_s
+    if first:
+        return u.nbytes * miss_share / cold
+    per_byte = 1.0 / machine.host_memory.memcpy_bytes_per_s + miss_share / cold
+    largest = float(u.nbytes)
+    if u.kind == "decoder":
+        attention = u.hidden * (2 * u.hidden + 2 * u.kv_bytes_per_token // 4)
+        largest = max(u.params - attention, 0) / 3 * (u.nbytes / u.params)
+    in_flight = 0.0 if cleanup_s is None else max(0.0, largest * per_byte - cleanup_s)
+    return max(0.0, (u.nbytes - largest) * per_byte - copy_s) + in_flight
 
 
 GRAPH_WARMUP_STEPS = 2  # llama.cpp's CUDA backend: a graph whose shapes changed runs eagerly, then is captured

@@ -110,7 +110,7 @@ class Timeline:
                 t0 = self.env.now
                 nbytes = s.read_bytes[i]
                 found = self.cache.read(s.unit[i], nbytes)  # resident bytes at the cache speed, the rest from disk
-                cold = (nbytes - found) / s.cold_bytes_per_s
+                cold = (nbytes - found) / (s.cache_bytes_per_s if s.loader_faults else s.cold_bytes_per_s)
                 yield self.env.timeout(s.read_latency_s + found / s.cache_bytes_per_s + cold)
                 detail = "cache" if found >= nbytes else "cold" if found == 0 else "partial"
                 self.record(i, "read", "storage", t0, nbytes, detail)
@@ -211,5 +211,5 @@ class _Columns:
         self.__dict__.update(sch.column_lists())
         self.names = sch.names
         for name in ("read_latency_s", "cold_bytes_per_s", "cache_bytes_per_s", "cache_capacity_bytes", "warm_keys",
-                     "contention"):
+                     "contention", "loader_faults"):
             setattr(self, name, getattr(sch, name))

@@ -54,13 +54,20 @@ def test_accelerate_runs_on_the_cpu_when_nothing_is_on_the_gpu(toy_machine):
 
 def test_airllm_loader_and_mmap_reads(toy_machine):
     """AirLLM copies every load into a pinned block (memcpy 10 B/s: 0.4, 0.8, 0.2 s) and maps its files: a page-cache
-    hit costs nothing of its own; its per-unit cleanup lands on the compute lane."""
+    hit costs nothing of its own; its per-unit cleanup (1.5 s) lands on the compute lane. Cold (disk 1 B/s), the
+    first step's pin copies fault the shards in (1.1 s a byte) and the hook waits (airllm_loader_wait_s; the toy's
+    largest tensor is a third of a unit): l0, the first, its whole read (4 s); l1, the 5.33 B after its largest
+    (5.87 s) less its 4 s copy, and the 2.67 B in flight (2.93 s) past the 1.5 s cleanup: 3.3 s; l2, 1.47 s less its
+    1 s copy: 0.47 s (its 0.73 s in flight ends inside the cleanup). The reader lane pays none of it."""
     model = toy_model((4, 8, 2))
     m = with_peer(toy_machine, "airllm", PeerSpec(pin_each_load=True, mmap_reads=True, load_unit_s=1.5))
     plan = POLICIES["airllm"](model, m, W, BIG)
+    warm = build_schedule(model, m, plan, W.model_copy(update={"warm": True}), BIG)
+    assert warm.unpack_s[:3].tolist() == pytest.approx([0.4, 0.8, 0.2])
+    assert warm.overhead_s.tolist() == pytest.approx([1.5] * 9)
     sch = build_schedule(model, m, plan, W, BIG)
-    assert sch.unpack_s[:3].tolist() == pytest.approx([0.4, 0.8, 0.2])
-    assert sch.overhead_s[:3].tolist() == pytest.approx([1.5, 1.5, 1.5])
+    assert sch.overhead_s.tolist() == pytest.approx([5.5, 4.8, 1.5 + 7 / 15] + [1.5] * 6)
+    assert sch.loader_faults and sch.cold_bytes_per_s == 1.0
     assert sch.cache_bytes_per_s == MMAP_HIT_BYTES_PER_S
     ideal = POLICIES["airllm-ideal"](model, m, W, BIG)
     sch0 = build_schedule(model, m, ideal, W, BIG)
@@ -82,7 +89,8 @@ def test_airllm_keeps_a_tied_embedding_resident(toy_machine):
     m = with_peer(toy_machine, "airllm", PeerSpec(pin_each_load=True, mmap_reads=True, load_unit_s=1.5))
     plan = POLICIES["airllm"](model, m, W, BIG)
     assert [p.tier for p in plan.placements] == ["vram", "disk_raw", "vram"]
-    sch = build_schedule(model, m, plan, W, BIG)
+    warm = W.model_copy(update={"warm": True})  # page cache warm: the waits for a cold read are apart (test above)
+    sch = build_schedule(model, m, plan, warm, BIG)
     assert sch.copy_s[:3].tolist() == pytest.approx([0, 4.0, 0])
     assert sch.unpack_s[:3].tolist() == pytest.approx([0, 0.8, 0])
     assert sch.overhead_s[:3].tolist() == pytest.approx([0, 1.5, 1.5])
@@ -93,7 +101,7 @@ def test_airllm_keeps_a_tied_embedding_resident(toy_machine):
     untied = model.model_copy(update={"units": units[:2] + (units[2].model_copy(update={"tied_nbytes": 0}),)})
     plan = POLICIES["airllm"](untied, m, W, BIG)
     assert all(p.tier == "disk_raw" for p in plan.placements)
-    assert build_schedule(untied, m, plan, W, BIG).overhead_s[:3].tolist() == pytest.approx([1.5, 1.5, 3.0])
+    assert build_schedule(untied, m, plan, warm, BIG).overhead_s[:3].tolist() == pytest.approx([1.5, 1.5, 3.0])
 
 
 LLAMA6 = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=6))
@@ -1531,3 +1539,65 @@ def test_airllm_loader_wait_hand_worked():
     assert airllm_loader_wait_s(dec, m, 0.002) == pytest.approx(6.8086e-3, abs=1e-7)
     assert airllm_loader_wait_s(dec, m, 0.01) == 0.0
     assert all(airllm_loader_wait_s(u, m, 0.0) == 0.0 for u in shape.units if u.kind != "decoder")
+
+
+def test_airllm_cold_loader_wait_hand_worked():
+    """The decoder of test_airllm_loader_wait_hand_worked, its shard not in the page cache (memcpy 10 GB/s, the disk
+    2 GB/s): the pin copies fault every byte in, 0.1 + 0.5 ns a byte. The 88,085,845.3 bytes after the MLP matrix
+    take 52.8515 ms, less the 2 ms copy: 50.8515 ms; the matrix in flight (33,557,162.7 bytes, 20.1343 ms) ends
+    inside a 0.2 s collection, 10.1343 ms past a 10 ms one. Half missed: 0.35 ns a byte, 28.8301 ms. The first module
+    of a request waits for its whole read: 121,643,008 / 2 GB/s = 60.8215 ms. The head (one 1024 x 2048 matrix and
+    the final norm: 4,198,400 bytes) is the tensor in flight: 2.5190 ms, past a 1 ms collection by 1.5190 ms."""
+    from hwmodels.presets import load_machine
+    from sim.schedule import airllm_loader_wait_s
+    cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 1024,
+           "torch_dtype": "bfloat16"}
+    shape = shape_from_config(cfg)
+    m = load_machine("h200-testbox")
+    m = m.model_copy(update={"host_memory": m.host_memory.model_copy(update={"memcpy_bytes_per_s": 10e9}),
+                             "storage": m.storage.model_copy(update={"cold_read_bytes_per_s": 2e9})})
+    dec = next(u for u in shape.units if u.kind == "decoder")
+    head = next(u for u in shape.units if u.kind == "lm_head")
+    assert airllm_loader_wait_s(dec, m, 0.002, 1.0, 0.2) == pytest.approx(50.8515e-3, abs=1e-7)
+    assert airllm_loader_wait_s(dec, m, 0.002, 1.0, 0.01) == pytest.approx(50.8515e-3 + 10.1343e-3, abs=1e-7)
+    assert airllm_loader_wait_s(dec, m, 0.002, 0.5, 0.2) == pytest.approx(28.8301e-3, abs=1e-7)
+    assert airllm_loader_wait_s(dec, m, 0.002, 1.0, 0.2, first=True) == pytest.approx(60.8215e-3, abs=1e-7)
+    assert head.nbytes == 4_198_400
+    assert airllm_loader_wait_s(head, m, 0.0, 1.0, 0.001) == pytest.approx(1.5190e-3, abs=1e-7)
+    assert airllm_loader_wait_s(head, m, 0.0, 1.0, 0.2) == 0.0
+
+
+def test_airllm_cold_reads_are_waited_for_in_the_first_step():
+    """A cold AirLLM run: the first step's loads fault their shards in (the reader lane pays only the page-cache
+    part: nothing here, as the shards then stay cached), so its items carry the cold waits of
+    airllm_loader_wait_s and the later steps the warm ones; the warm run's waits are the warm ones at every step,
+    the later steps of both runs are alike, and the SimPy timeline gives the fast evaluator's times."""
+    from hwmodels.presets import load_machine
+    from sim.schedule import GPU_LOAD, airllm_loader_wait_s
+    cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 3, "vocab_size": 4096,
+           "torch_dtype": "bfloat16"}
+    shape = shape_from_config(cfg)
+    m = load_machine("h200-testbox")
+    cleanup = m.peers["airllm"].load_unit_s
+    w_cold = Workload(batch=1, prompt_tokens=16, new_tokens=3, warm=False)
+    plan = POLICIES["airllm"](shape, m, w_cold, BIG)
+    cold, warm = (build_schedule(shape, m, plan, w, BIG) for w in (w_cold, w_cold.model_copy(update={"warm": True})))
+    assert cold.loader_faults and warm.loader_faults
+    loads = [k for k in range(len(cold)) if cold.load[k] == GPU_LOAD and cold.read_bytes[k] > 0]
+    first_step = [k for k in loads if cold.step[k] == 0]
+    assert len(first_step) == len(shape.units)
+    for k in loads:
+        u, copy = shape.units[int(cold.unit[k])], float(cold.copy_s[k])
+        extra = cold.overhead_s[k] - warm.overhead_s[k]
+        if cold.step[k] == 0:
+            want = airllm_loader_wait_s(u, m, copy, 1.0, cleanup, first=k == loads[0]) \
+                - airllm_loader_wait_s(u, m, copy, 0.0, cleanup)
+            assert extra == pytest.approx(want) and (want > 0 or u.kind != "decoder")
+        else:
+            assert extra == 0.0
+    fast_cold = fast_simulate(shape, m, plan, w_cold, BIG)
+    assert simulate(shape, m, plan, w_cold, BIG).summary["ttft_s"] == pytest.approx(fast_cold["ttft_s"], rel=1e-9)
+    assert fast_cold["ttft_s"] > fast_simulate(shape, m, plan, w_cold.model_copy(update={"warm": True}), BIG)["ttft_s"]
+    assert fast_cold["page_cache_misses"] == len(first_step)
