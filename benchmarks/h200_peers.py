@@ -264,9 +264,9 @@ def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens:
 
 
 def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens: int, dev: str, sync,
-                 share: float = 0.3) -> None:
+                 share: float = 0.3, round_: int = 0) -> None:
     """The planner's plan for Accelerate at a GPU budget of `share` of the weights, exported and loaded by
-    transformers as exported."""
+    transformers as exported; `round_` numbers the repetitions (run_arch interleaves them)."""
     from sim.plan import Workload
     w = Workload(batch=1, prompt_tokens=128, new_tokens=new_tokens)
     label = f"exported plan, GPU {share:.0%}"
@@ -277,9 +277,9 @@ def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens
               "cpu": exp["export"]["max_memory"]["cpu"]}
         host = host_gbps()
         res = accelerate_run(ckpt, ckpt.parent, vocab, dm, mm, 1, 128, new_tokens, dev, sync)
-        res.update(label=label, batch=1, prompt=128, exported=exp, host_gbps=host)
+        res.update(label=label, batch=1, prompt=128, exported=exp, host_gbps=host, round=round_)
         entry["accelerate"].append(res)
-        log(entry["arch"], label, f"predicted {exp['predicted_tpot_s']:.4f} measured {res['time_per_token_s']:.4f}")
+        log(entry["arch"], label, f"round {round_}", f"predicted {exp['predicted_tpot_s']:.4f} measured {res['time_per_token_s']:.4f}")
     except Exception as exc:
         entry["accelerate"].append({"label": label, "error": f"{type(exc).__name__}: {exc}",
                                     "trace": traceback.format_exc()[-1500:]})
@@ -287,19 +287,22 @@ def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens
 
 
 def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, deadline: float,
-             runset: str = "base", airllm: bool = True, export_shares: tuple[float, ...] = (0.3,)) -> None:
-    """One architecture: calibrate, then Accelerate's own maps, the exported plan, and AirLLM warm, cold and at
-    batch 4, each run recorded as it ends."""
+             runset: str = "base", airllm: bool = True, export_shares: tuple[float, ...] = (0.3,),
+             export_rounds: int = 1) -> None:
+    """One architecture: calibrate, then Accelerate's own maps, the exported plans (`export_rounds` interleaved
+    rounds of every share: the host's speed moves between runs minutes apart, docs/peers.md), and AirLLM warm, cold
+    and at batch 4, each run recorded as it ends."""
     ckpt, shape, config, machine, entry = prepare(spec, work, dev)
     out["archs"].append(entry)
     save()
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     vocab = config["vocab_size"]
     accelerate_runs(entry, ckpt, vocab, shape.total_bytes, new_tokens, dev, sync, deadline, save, runset)
-    for share in export_shares if runset != "none" else ():
-        if time.perf_counter() < deadline:
-            exported_run(entry, ckpt, shape, machine, vocab, new_tokens, dev, sync, share)
-            save()
+    for round_ in range(export_rounds):
+        for share in export_shares if runset != "none" else ():
+            if time.perf_counter() < deadline:
+                exported_run(entry, ckpt, shape, machine, vocab, new_tokens, dev, sync, share, round_)
+                save()
     if airllm and time.perf_counter() < deadline:
         try:
             entry["airllm"] = airllm_in_fresh_process(ckpt, vocab, [(1, 128, False), (4, 128, False), (1, 128, True)],
@@ -334,6 +337,8 @@ def main() -> None:
     ap.add_argument("--no-airllm", action="store_true", help="skip AirLLM")
     ap.add_argument("--export-shares", type=shares, default=(0.3,),
                     help="GPU budgets of the exported plans, as shares of the weights")
+    ap.add_argument("--export-rounds", type=int, choices=range(1, 6), default=1,
+                    help="interleaved rounds of the exported plans' runs")
     ap.add_argument("--airllm-job", default=None, help=argparse.SUPPRESS)  # the child of airllm_in_fresh_process
     a = ap.parse_args()
     if a.airllm_job:
@@ -362,7 +367,7 @@ def main() -> None:
     for spec in a.archs.split(","):
         try:
             run_arch(spec, Path(a.work), result, save, a.new_tokens, dev, t0 + a.budget_s, a.accelerate,
-                     not a.no_airllm, a.export_shares)
+                     not a.no_airllm, a.export_shares, a.export_rounds)
         except Exception as exc:
             result["archs"].append({"arch": spec, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
             log(spec, "FAILED", exc)
