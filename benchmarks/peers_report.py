@@ -59,7 +59,11 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
         if "error" in r or "skipped" in r:
             continue
         w = Workload(batch=r["batch"], prompt_tokens=r["prompt"], new_tokens=len(r["token_gaps_s"]) + 1, warm=True)
-        on_gpu = r.get("gpu_peak_bytes", 0) > 0.5 * shape.total_bytes if not r["hf_device_map"] else True
+        # an empty map: every module on one device, the GPU where the model fits its budget (an exported plan: as
+        # planned); the GPU's peak does not tell, as the harness's CUDA context holds ~0.6 GB (call M's 0.8 GB model)
+        on_gpu = True if r["hf_device_map"] else \
+            all(p["compute"] == "gpu" for p in r["exported"]["plan"]["placements"]) if "exported" in r else \
+            int(r["max_memory"].get("0", 0)) >= shape.total_bytes
         plan = accelerate_map(shape, machine, w, big, tiers_from_map(shape, r["hf_device_map"], on_gpu),
                               "accelerate (measured map)")
         extra = {}
