@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Callable
 
 from hwmodels.specs import MachineSpec
-from hwmodels.units import GiB, unknown_name
+from hwmodels.units import unknown_name
 from sim.memory import PlanError, check_plan
 from sim.plan import Budgets, Placement, Plan, Workload
+from sim.schedule import AIRLLM_PIN_LIMIT_BYTES
 from sim.shapes import ModelShape
 
 OFFLOAD_MIN_TOKENS = 32  # llama.cpp copies CPU-placed weights to the GPU for batches of >= 32 tokens
@@ -86,7 +87,7 @@ def airllm(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budget
     tiers = {u.name: "vram" if u.kind in resident else "disk_raw" for u in model.units}
     biggest = max(u.nbytes for u in model.units if u.kind not in resident)
     plan = make_plan(model, machine, "airllm", tiers, prefetch_depth=1,
-                     overlap_copy=False, vram_slots=1, pinned_slots=2, pinned_staging=biggest <= 2 * GiB,
+                     overlap_copy=False, vram_slots=1, pinned_slots=2, pinned_staging=biggest <= AIRLLM_PIN_LIMIT_BYTES,
                      engine="airllm")
     check_plan(model, plan, w, budgets)
     return plan

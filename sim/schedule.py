@@ -22,11 +22,14 @@ from sim.shapes import (ATTENTION_KINDS, GGML_KV_PAD, GGML_MOE_WEIGHTS, ModelSha
                         ggml_ops, ggml_weights, param_modules)
 
 GPU_LOAD, CPU_READ = 1, 2
+# airllm 4.0 `max_pinned_layer_bytes`: a module's load is pinned only up to this size; a larger one stays the mapped
+# file's pages, copied to the GPU from there
+AIRLLM_PIN_LIMIT_BYTES = 2 * 2**30
 MMAP_HIT_BYTES_PER_S = 1e15  # a mapped page-cache hit where the host's map speed is not measured: no cost of its own
 COLUMNS = {"unit": np.int64, "step": np.int64, "on_cpu": np.bool_, "load": np.int64, "read_bytes": np.float64,
            "unpack_s": np.float64, "copy_s": np.float64, "copy_bytes": np.float64, "compute_s": np.float64,
            "pinned_slot": np.bool_, "blocking": np.bool_, "overhead_s": np.float64, "gate": np.int64,
-           "link_at_s": np.float64}
+           "link_at_s": np.float64, "fault_s": np.float64}
 
 
 @dataclass
@@ -49,6 +52,9 @@ class Schedule:
     # seconds into the item's compute at which it needs the link to the GPU (a CPU-held unit multiplied there moves
     # its cache over it, sim.pipeline); -1: never
     link_at_s: list[float] = field(default_factory=list)
+    # of overhead_s, the seconds the engine's loader spends faulting the item's weights in from disk (AirLLM's cold
+    # reads: airllm_cold_waits); the timeline records them as a cold read on the storage lane
+    fault_s: list[float] = field(default_factory=list)
     n_steps: int = 0
     startup_s: float = 0.0                               # no load starts before this (the engine's stage threads)
     contention: float = 1.0                              # CPU compute runs this many times slower while a copy runs
@@ -181,6 +187,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     else:
         _moe_steps(sch, rows, row, compute_time, model, plan, w, shape_of)
     sch.link_at_s = np.full(len(sch.unit), -1.0)
+    sch.fault_s = np.zeros(len(sch.unit))
     sch.finalize()
     for k in np.flatnonzero(np.array(kv_moved)[sch.unit] & ~sch.on_cpu).tolist():
         sch.link_at_s[k] = link_at_s(units[int(sch.unit[k])], machine, w, int(sch.step[k]))
@@ -205,8 +212,11 @@ def airllm_cold_waits(sch: Schedule, model: ModelShape, machine: MachineSpec, cl
         if miss <= 0:
             continue
         u, copy = model.units[int(sch.unit[k])], float(sch.copy_s[k])
-        sch.overhead_s[k] += airllm_loader_wait_s(u, machine, copy, miss, cleanup_s, first=k == loads[0]) \
-            - airllm_loader_wait_s(u, machine, copy, 0.0, cleanup_s)
+        # an unpinned module (over AirLLM's pin limit) is faulted in by the main thread's copy to the GPU: all of it
+        whole = k == loads[0] or not airllm_pins(u)
+        sch.fault_s[k] = airllm_loader_wait_s(u, machine, copy, miss, cleanup_s, first=whole) \
+            - (airllm_loader_wait_s(u, machine, copy, 0.0, cleanup_s) if airllm_pins(u) else 0.0)
+        sch.overhead_s[k] += sch.fault_s[k]
 
 
 def offload_kv_move_s(unit, machine: MachineSpec, w: Workload, s: int) -> float:
@@ -277,7 +287,7 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     rows_only = u.kind == "embedding" and load == CPU_READ and peer is not None and peer.mmap_reads
     read = u.nbytes * (ratio if p.tier == "disk_compressed" else 1.0) if disk and not rows_only else 0.0
     unpack = unpack_time_s(u.nbytes, plan.codec) if load and p.tier.endswith("compressed") else 0.0
-    staged = plan.pinned_staging and p.tier in STAGED_TIERS
+    staged = plan.pinned_staging and p.tier in STAGED_TIERS and (plan.engine != "airllm" or airllm_pins(u))
     gpu_load = load == GPU_LOAD
     pinned = p.tier == "ram_pinned" or staged
     copy = copy_time_s(u.nbytes, machine, pinned=pinned) if gpu_load else 0.0
@@ -285,15 +295,22 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     if peer is None:
         overhead = machine.engine.stream_overhead_s.get(p.tier, 0.0) if load else 0.0
     else:  # a peer: a pinned copy per load on the loader; hooks, cleanup and its generation loop on the compute lane
-        unpack += u.nbytes / machine.host_memory.memcpy_bytes_per_s if gpu_load and peer.pin_each_load else 0.0
+        pins = airllm_pins(u) if plan.engine == "airllm" else True
+        unpack += u.nbytes / machine.host_memory.memcpy_bytes_per_s if gpu_load and peer.pin_each_load and pins \
+            else 0.0
         mods = param_modules(u.kind, model.family)
         per_tensor = peer.disk_tensor_s + peer.disk_header_entry_s * model.tensors_per_shard if disk else 0.0
         units = airllm_modules(u, tied_head) if plan.engine == "airllm" else float(gpu_load)
         overhead = (peer.load_module_s * mods if gpu_load else 0.0) + peer.load_unit_s * units + per_tensor * mods \
             + (peer.step_s if ui == 0 and pays_step else 0.0) \
             + (airllm_loader_wait_s(u, machine, copy, 0.0, peer.load_unit_s)
-               if plan.engine == "airllm" and gpu_load and not model.is_moe else 0.0)
+               if plan.engine == "airllm" and gpu_load and not model.is_moe and pins else 0.0)
     return cpu, load, read, unpack, copy, float(u.nbytes) if gpu_load else 0.0, gpu_load and staged, blocking, overhead
+
+
+def airllm_pins(u: UnitShape) -> bool:
+    """Whether AirLLM pins this unit's load (its prefetching loader, up to AIRLLM_PIN_LIMIT_BYTES a module)."""
+    return u.nbytes <= AIRLLM_PIN_LIMIT_BYTES
 
 
 def airllm_modules(u: UnitShape, tied_head: bool) -> int:

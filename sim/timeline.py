@@ -174,6 +174,9 @@ class Timeline:
                     t0 = self.env.now  # idles, recorded as the engine records it (a wait before a loaded compute)
                     yield self.env.timeout(s.overhead_s[i])
                     self.record(i, "wait", f"{dev}_wait", t0)
+                    if s.fault_s[i] > 0:  # its loader faulting the weights in from disk, first (AirLLM cold)
+                        self.events.append(Event(s.step[i], s.names[s.unit[i]], "read", "storage", t0,
+                                                 t0 + s.fault_s[i], s.read_bytes[i], "cold"))
                 t0 = self.env.now
                 if s.on_cpu[i] and self.host_memory is not None:
                     yield from self.host_memory.cpu_work(s.compute_s[i])

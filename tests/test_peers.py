@@ -1598,6 +1598,46 @@ def test_airllm_cold_reads_are_waited_for_in_the_first_step():
         else:
             assert extra == 0.0
     fast_cold = fast_simulate(shape, m, plan, w_cold, BIG)
-    assert simulate(shape, m, plan, w_cold, BIG).summary["ttft_s"] == pytest.approx(fast_cold["ttft_s"], rel=1e-9)
+    sim_cold = simulate(shape, m, plan, w_cold, BIG)
+    assert sim_cold.summary["ttft_s"] == pytest.approx(fast_cold["ttft_s"], rel=1e-9)
+    # the faulting is recorded as cold reads on the storage lane, and the GPU's wait for them as waiting on them
+    faults = [e for e in sim_cold.events if e.stage == "read" and e.duration_s > 1e-3]
+    assert sum(e.duration_s for e in faults) == pytest.approx(float(cold.fault_s.sum()))
+    assert all(e.detail == "cold" and e.resource == "storage" and e.token == 0 for e in faults)
+    # (the reader lane's own reads cost their request latency, 0.1 ms each here, the first one waited for)
+    waited = sim_cold.summary["stall_by_cause_s"]["read_cold"] - float(cold.fault_s.sum())
+    assert 0 <= waited <= cold.read_latency_s * len(first_step)
     assert fast_cold["ttft_s"] > fast_simulate(shape, m, plan, w_cold.model_copy(update={"warm": True}), BIG)["ttft_s"]
     assert fast_cold["page_cache_misses"] == len(first_step)
+
+
+def test_airllm_does_not_pin_a_module_over_its_limit():
+    """airllm 4.0 pins a module's load only up to 2 GiB (`max_pinned_layer_bytes`). A Llama-3.1-405B decoder is
+    3,187,703,808 parameters (q and o 16384 x 16384, k and v 16384 x 1024, MLP 3 x 16384 x 53248, two norms),
+    6,375,407,616 bytes: no pin copy, no wait for the loader's pins, a pageable copy to the GPU; cold, the main
+    thread's copy faults all of it in from disk (6,375,407,616 / 2 GB/s = 3.1877 s). A Llama-1B decoder (121,643,008
+    bytes) is pinned as before."""
+    from hwmodels.presets import load_machine
+    from sim.equations import copy_time_s
+    from sim.schedule import AIRLLM_PIN_LIMIT_BYTES, airllm_pins
+    shape = shape_from_config(dict(preset_config("llama-3.1-405b"), num_hidden_layers=1))
+    m = load_machine("h200-testbox")
+    m = m.model_copy(update={"storage": m.storage.model_copy(update={"cold_read_bytes_per_s": 2e9})})
+    dec = next(i for i, u in enumerate(shape.units) if u.kind == "decoder")
+    assert shape.units[dec].nbytes == 6_375_407_616 > AIRLLM_PIN_LIMIT_BYTES == 2 * 2**30
+    assert not airllm_pins(shape.units[dec]) and airllm_pins(UnitShape(
+        name="d", kind="decoder", block=0, modules=("d",), matrix_params=0, nbytes=121_643_008, flop_params=0,
+        hidden=0, launches=0))
+    cold = Workload(batch=1, prompt_tokens=16, new_tokens=2)
+    big = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=50 * 2**30)
+    plan = POLICIES["airllm"](shape, m, cold, big)
+    assert not plan.pinned_staging
+    warm = build_schedule(shape, m, plan, cold.model_copy(update={"warm": True}), big)
+    assert warm.unpack_s[dec] == 0.0
+    assert warm.copy_s[dec] == pytest.approx(copy_time_s(6_375_407_616, m, pinned=False))
+    cleanup = m.peers["airllm"].load_unit_s
+    assert warm.overhead_s[dec] == pytest.approx(cleanup)
+    sch = build_schedule(shape, m, plan, cold, big)
+    assert sch.fault_s[dec] == pytest.approx(3.1877, abs=1e-4)
+    assert sch.overhead_s[dec] == pytest.approx(cleanup + sch.fault_s[dec])
+    assert sch.fault_s[len(shape.units) + dec] == 0.0  # the second step finds it in the page cache
