@@ -333,8 +333,8 @@ def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float, miss
     (benchmarks/gil_probe.py on the development machine: 0-1 of 8 copies of a thread completed during a collection;
     docs/peers.md). So of the next module, what the loader copies while this one is copied to the GPU, and the one
     tensor in flight (taken as the largest: an MLP matrix, or the whole of a one-matrix embedding or head) within the
-    collection (`cleanup_s`; None: taken as long enough), are ready when the hook asks; the rest is copied while the
-    hook waits. A decoder's MLP matrix: its parameters less the attention's (hidden x (2 hidden + 2 KV width), the KV
+    collection (`cleanup_s`, the machine's measured `load_unit_s`: zero where it is not measured, so nothing hides
+    behind it; None: taken as long enough), are ready when the hook asks; the rest is copied while the hook waits. A decoder's MLP matrix: its parameters less the attention's (hidden x (2 hidden + 2 KV width), the KV
     width from its 16-bit cache) over three.
     The loader's shards are memory-mapped: a `miss_share` of the module not in the page cache is read from disk by
     the pin copy's page faults, at the disk's cold speed on top of the copy's. The `first` module of a request has no
