@@ -23,7 +23,9 @@ def step_times(sch: Schedule, c_end: np.ndarray) -> tuple[float, float, float]:
 
 def wait_causes(events: list[Event]) -> dict[str, float]:
     """Split every compute wait by what the awaited load was doing: cold read, cached read, unpack, copy,
-    or queued behind other loads (slots, the copy engine, the prefetch window)."""
+    or queued behind other loads (slots, the copy engine, the prefetch window). A wait that carries its cause (the
+    engine's host cost before a unit's kernels: hooks, a peer's cleanup, its generation loop) counts under it, less
+    what a load of the unit overlaps (AirLLM's loader faulting its weights in: a cold read)."""
     stages: dict[tuple[int, str], list[Event]] = defaultdict(list)
     waits = []
     for e in events:
@@ -41,7 +43,7 @@ def wait_causes(events: list[Event]) -> dict[str, float]:
                 causes[label] += overlap
                 left -= overlap
         if left > 1e-12:
-            causes["queued"] += left
+            causes[w.detail or "queued"] += left
     return dict(causes)
 
 

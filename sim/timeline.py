@@ -173,7 +173,7 @@ class Timeline:
                 if s.overhead_s[i] > 0:  # the engine's host cost before the unit's kernels start: the compute lane
                     t0 = self.env.now  # idles, recorded as the engine records it (a wait before a loaded compute)
                     yield self.env.timeout(s.overhead_s[i])
-                    self.record(i, "wait", f"{dev}_wait", t0)
+                    self.record(i, "wait", f"{dev}_wait", t0, detail="engine")
                     if s.fault_s[i] > 0:  # its loader faulting the weights in from disk, first (AirLLM cold)
                         self.events.append(Event(s.step[i], s.names[s.unit[i]], "read", "storage", t0,
                                                  t0 + s.fault_s[i], s.read_bytes[i], "cold"))
