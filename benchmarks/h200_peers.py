@@ -239,10 +239,11 @@ RUNSETS = {
 
 
 def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens: int, dev: str, sync, deadline: float,
-                    save, runset: str = "base") -> None:
-    """Accelerate's own device map at the budgets of RUNSETS[runset]."""
+                    save, runset: str = "base", rounds: int = 1) -> None:
+    """Accelerate's own device map at the budgets of RUNSETS[runset], the set run `rounds` times in turn (the host's
+    speed moves between runs minutes apart: docs/peers.md, twenty-fifth session)."""
     gpu = 0 if dev == "cuda" else "cpu"
-    for label, g, c, batch, p in RUNSETS[runset]:
+    for round_, (label, g, c, batch, p) in ((r, x) for r in range(rounds) for x in RUNSETS[runset]):
         if time.perf_counter() > deadline:
             entry["accelerate"].append({"label": label, "skipped": "deadline"})
             continue
@@ -251,7 +252,7 @@ def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens:
             host = host_gbps()
             res = accelerate_run(ckpt, ckpt.parent, vocab, "auto", max_memory, batch, p, new_tokens, dev, sync)
             res.update(label=label, batch=batch, prompt=p, max_memory={str(k): v for k, v in max_memory.items()},
-                       host_gbps=host)
+                       host_gbps=host, round=round_)
             entry["accelerate"].append(res)
             log(entry["arch"], "accelerate", label, f"b{batch} p{p}",
                 f"ttft {res['ttft_s']:.3f} tpot {res['time_per_token_s']:.4f}", f"load {res['load_s']:.1f}s",
@@ -288,7 +289,7 @@ def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens
 
 def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, deadline: float,
              runset: str = "base", airllm: bool = True, export_shares: tuple[float, ...] = (0.3,),
-             export_rounds: int = 1) -> None:
+             export_rounds: int = 1, accelerate_rounds: int = 1) -> None:
     """One architecture: calibrate, then Accelerate's own maps, the exported plans (`export_rounds` interleaved
     rounds of every share: the host's speed moves between runs minutes apart, docs/peers.md), and AirLLM warm, cold
     and at batch 4, each run recorded as it ends."""
@@ -297,7 +298,8 @@ def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, 
     save()
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     vocab = config["vocab_size"]
-    accelerate_runs(entry, ckpt, vocab, shape.total_bytes, new_tokens, dev, sync, deadline, save, runset)
+    accelerate_runs(entry, ckpt, vocab, shape.total_bytes, new_tokens, dev, sync, deadline, save, runset,
+                    accelerate_rounds)
     for round_ in range(export_rounds):
         for share in export_shares if runset != "none" else ():
             if time.perf_counter() < deadline:
@@ -339,6 +341,8 @@ def main() -> None:
                     help="GPU budgets of the exported plans, as shares of the weights")
     ap.add_argument("--export-rounds", type=int, choices=range(1, 6), default=1,
                     help="interleaved rounds of the exported plans' runs")
+    ap.add_argument("--accelerate-rounds", type=int, choices=range(1, 6), default=1,
+                    help="rounds of Accelerate's own maps, run in turn")
     ap.add_argument("--airllm-job", default=None, help=argparse.SUPPRESS)  # the child of airllm_in_fresh_process
     a = ap.parse_args()
     if a.airllm_job:
@@ -367,7 +371,7 @@ def main() -> None:
     for spec in a.archs.split(","):
         try:
             run_arch(spec, Path(a.work), result, save, a.new_tokens, dev, t0 + a.budget_s, a.accelerate,
-                     not a.no_airllm, a.export_shares, a.export_rounds)
+                     not a.no_airllm, a.export_shares, a.export_rounds, a.accelerate_rounds)
         except Exception as exc:
             result["archs"].append({"arch": spec, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]})
             log(spec, "FAILED", exc)

@@ -144,8 +144,8 @@ def exported_runs(files: list[str], preset: str):
 
 
 def per_plan_medians(runs: list[tuple[tuple, float, float]]) -> list[float]:
-    """% errors of each exported plan's prediction against the median of its runs (h200_peers.py --export-rounds
-    repeats every plan in interleaved rounds: a single run samples a host whose speed moves between runs).
+    """% errors of each plan's prediction against the median of its runs (h200_peers.py --export-rounds and
+    --accelerate-rounds repeat the runs in rounds: a single run samples a host whose speed moves between runs).
     `runs`: (plan key, predicted s, measured s), a plan's predictions alike."""
     plans: dict[tuple, list] = {}
     for key, pred, meas in runs:
@@ -279,6 +279,10 @@ def main() -> None:
     exp = [100 * (r["exported_plan_prediction_s"] / r["measured_tpot_s"] - 1) for r in rows
            if "exported_plan_prediction_s" in r]
     summary["exported plans, against plan --engine"] = abs_summary(exp)
+    own = [((r["file"], r["arch"], r["run"], r["batch"], r["prompt"]), r["predicted_tpot_s"], r["measured_tpot_s"])
+           for r in rows if r["engine"] == "accelerate" and not r["calibration"] and "exported_plan_prediction_s" not in r]
+    if len(per_plan_medians(own)) < len(own):  # h200_peers.py --accelerate-rounds
+        summary["accelerate, median of rounds"] = abs_summary(per_plan_medians(own))
     rounds = [((r["file"], r["arch"], r["run"]), r["exported_plan_prediction_s"], r["measured_tpot_s"]) for r in rows
               if "exported_plan_prediction_s" in r]
     if len(per_plan_medians(rounds)) < len(rounds):
