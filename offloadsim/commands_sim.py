@@ -4,11 +4,13 @@ from __future__ import annotations
 import argparse
 
 from hwmodels.presets import load_machine
+from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, check_count
 from offloadsim import limits
 from offloadsim.output import emit
 from offloadsim.outputs import atomic, check_distinct, check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
+from planner.engines import unmeasured_notes
 from sim.attribution import stall_attribution
 from sim.critical import critical_path, path_breakdown
 from sim.events import write_chrome_trace
@@ -19,7 +21,7 @@ from sim.policies import get_policy
 from sim.simulate import simulate
 
 
-def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
+def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict], machine: MachineSpec) -> str:
     lines = [f"{plan.model} on {plan.machine}, policy {plan.policy}: prefetch {plan.prefetch_depth}, "
              f"{plan.vram_slots} VRAM slots, copy overlap {'on' if plan.overlap_copy else 'off'}",
              f"time to first token  {s['ttft_s']:10.4f} s",
@@ -49,6 +51,7 @@ def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict]) -> str:
         lo, hi = rng["time_per_token_s"]
         lines.append(f"CPU repeatability    the CPU grids moved by {rng['spread']:.0%} while calibrate timed them: "
                      f"{lo:.4f}-{hi:.4f} s per token ({rng['coverage']:.0%} of later runs, for the host's drift alone)")
+    lines += [f"note: {n}" for n in unmeasured_notes(plan.engine, machine)]
     if attrib:
         lines.append("if resident (time per token saved):")
         lines += [f"  {a['unit']:<44} {a['tier']:<13} {a['gain_s']:8.4f} s" for a in attrib]
@@ -95,5 +98,5 @@ def simulate_cmd(args: argparse.Namespace) -> int:
         with atomic(trace_out) as tmp:
             write_chrome_trace(events, str(tmp), f"{model.name} {plan.policy}")
     data = dict(res.summary, policy=plan.policy, model=model.name, machine=machine.name, critical_path_s=crit,
-                stall_attribution=attrib)
-    return emit(args, data, _fmt(res.summary, plan, crit, attrib))
+                stall_attribution=attrib, notes=unmeasured_notes(plan.engine, machine))
+    return emit(args, data, _fmt(res.summary, plan, crit, attrib, machine))

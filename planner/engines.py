@@ -210,16 +210,23 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
     except PlanError as exc:
         return EnginePlan(engine, None, reason=str(exc))
     spec = machine.peers[engine]
-    notes = [] if spec.source.startswith(("measured", "[M]")) else \
-        [f"{engine}'s host costs are not measured for {machine.name}: the time is its pipeline alone ({spec.source})"
-         + ("; measure them with offloadsim calibrate-peer MODEL.gguf --bench BENCH.json --profile MACHINE (the "
-            "--machine given here), BENCH.json from llama-bench -m MODEL.gguf -ngl 0 -n 32 -o json on this machine"
-            if engine == "llamacpp" else "")]
+    notes = unmeasured_notes(engine, machine)
     if engine == "llamacpp" and any(p.compute == "gpu" for p in plan.placements):
         notes.append(f"priced as a llama.cpp build {'with' if spec.flash_attention else 'without'} its CUDA "
                      "flash-attention kernels (llama.cpp's default has them); for the other, set flash_attention = "
                      f"{str(not spec.flash_attention).lower()} under [{machine.name}.peers.llamacpp]")
     return EnginePlan(engine, plan, _simulate(model, machine, plan, w, budgets), notes=notes)
+
+
+def unmeasured_notes(engine: str, machine: MachineSpec) -> list[str]:
+    """A line saying that a peer engine's host costs are not measured on this machine (none where they are)."""
+    spec = machine.peers.get(engine)
+    if spec is None or spec.source.startswith(("measured", "[M]")):
+        return []
+    return [f"{engine}'s host costs are not measured for {machine.name}: the time is its pipeline alone ({spec.source})"
+            + ("; measure them with offloadsim calibrate-peer MODEL.gguf --bench BENCH.json --profile MACHINE (the "
+               "--machine given here), BENCH.json from llama-bench -m MODEL.gguf -ngl 0 -n 32 -o json on this machine"
+               if engine == "llamacpp" else "")]
 
 
 def peer_seeds(peers: dict[str, EnginePlan]) -> dict[str, Plan]:

@@ -68,3 +68,18 @@ def test_bad_plan_version(capsys, tmp_path):
     (tmp_path / "p.json").write_text('{"version": 7, "model": "x", "machine": "y", "placements": []}')
     rc, _, err = run(capsys, "simulate", "qwen3-14b", "--plan", str(tmp_path / "p.json"))
     assert rc == 2 and "version 7" in err
+
+
+def test_simulate_says_when_a_peers_costs_are_not_measured(capsys):
+    """A peer's policy on a machine whose costs for it are not measured prints a note saying the time is its pipeline
+    alone (as `plan --engine` does); a measured machine and offloadsim's own policies print none."""
+    args = ("--new-tokens", "2", "--prompt-tokens", "8", "--attribution", "0")
+    rc, out, err = run(capsys, "simulate", "llama-3.1-8b", "--machine", "rtx3080-laptop", "--policy", "airllm", *args)
+    assert rc == 0, err
+    assert "note: airllm's host costs are not measured for rtx3080-laptop" in out
+    rc, out, _ = run(capsys, "simulate", "llama-3.1-8b", "--machine", "rtx3080-laptop", "--policy", "airllm", "--json",
+                     *args)
+    assert [n[:56] for n in json.loads(out)["notes"]] == ["airllm's host costs are not measured for rtx3080-laptop:"]
+    for machine, policy in (("h200-testbox", "airllm"), ("rtx3080-laptop", "stream")):
+        rc, out, _ = run(capsys, "simulate", "llama-3.1-8b", "--machine", machine, "--policy", policy, "--json", *args)
+        assert rc == 0 and json.loads(out)["notes"] == []
