@@ -144,3 +144,29 @@ def test_more_disk_readers_are_never_slower(case, readers):
     one = simulate(model, TOY, plan, w, b)
     many = simulate(model, TOY, plan.model_copy(update={"reader_threads": readers}), w, b)
     assert many.summary["total_s"] <= one.summary["total_s"] * (1 + 1e-12)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=5), st.integers(0, 200), st.booleans(),
+       st.sampled_from([0.0, 0.5, 4.0]), st.integers(1, 4))
+def test_airllm_faulting_loader(sizes, spare, warm, cleanup, tokens):
+    """AirLLM's plans (cold reads priced in the loader's wait, the page cache from none to all of the model): the
+    fast evaluator gives the SimPy timeline's times, the faulted part of every wait is non-negative and within the
+    item's engine cost, and a warm page cache is never slower."""
+    from hwmodels.specs import PeerSpec
+    from sim.policies import POLICIES
+    from validate.peer_calibration import with_peer
+    model = toy_model(tuple(sizes))
+    m = with_peer(TOY, "airllm", PeerSpec(pin_each_load=True, mmap_reads=True, load_unit_s=cleanup))
+    w = Workload(batch=1, prompt_tokens=1, new_tokens=tokens, warm=warm)
+    b = Budgets(vram_bytes=10**6, ram_bytes=3 * max(sizes) + spare, pinned_bytes=10**6)
+    plan = POLICIES["airllm"](model, m, w, b)
+    res = simulate(model, m, plan, w, b)
+    sch = build_schedule(model, m, plan, w, b)
+    fast = evaluate(sch, plan.prefetch_depth, plan.overlap_copy, plan.vram_slots, plan.pinned_slots)
+    for a, c in zip(fast.c_end, res.c_end):
+        assert abs(a - c) <= 1e-9 * max(1.0, abs(c))
+    assert sch.loader_faults and (sch.fault_s >= 0).all() and (sch.fault_s <= sch.overhead_s + 1e-12).all()
+    if not warm:
+        hot = fast_simulate(model, m, plan, w.model_copy(update={"warm": True}), b)
+        assert hot["total_s"] <= fast_simulate(model, m, plan, w, b)["total_s"] * (1 + 1e-9)
