@@ -280,7 +280,8 @@ def exported_run(entry: dict, ckpt: Path, shape, machine, vocab: int, new_tokens
         res = accelerate_run(ckpt, ckpt.parent, vocab, dm, mm, 1, 128, new_tokens, dev, sync)
         res.update(label=label, batch=1, prompt=128, exported=exp, host_gbps=host, round=round_)
         entry["accelerate"].append(res)
-        log(entry["arch"], label, f"round {round_}", f"predicted {exp['predicted_tpot_s']:.4f} measured {res['time_per_token_s']:.4f}")
+        log(entry["arch"], label, f"round {round_}",
+            f"predicted {exp['predicted_tpot_s']:.4f} measured {res['time_per_token_s']:.4f}")
     except Exception as exc:
         entry["accelerate"].append({"label": label, "error": f"{type(exc).__name__}: {exc}",
                                     "trace": traceback.format_exc()[-1500:]})

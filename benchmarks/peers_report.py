@@ -280,7 +280,8 @@ def main() -> None:
            if "exported_plan_prediction_s" in r]
     summary["exported plans, against plan --engine"] = abs_summary(exp)
     own = [((r["file"], r["arch"], r["run"], r["batch"], r["prompt"]), r["predicted_tpot_s"], r["measured_tpot_s"])
-           for r in rows if r["engine"] == "accelerate" and not r["calibration"] and "exported_plan_prediction_s" not in r]
+           for r in rows
+           if r["engine"] == "accelerate" and not r["calibration"] and "exported_plan_prediction_s" not in r]
     if len(per_plan_medians(own)) < len(own):  # h200_peers.py --accelerate-rounds
         summary["accelerate, median of rounds"] = abs_summary(per_plan_medians(own))
     rounds = [((r["file"], r["arch"], r["run"]), r["exported_plan_prediction_s"], r["measured_tpot_s"]) for r in rows
@@ -289,7 +290,7 @@ def main() -> None:
         summary["exported plans, against plan --engine, median of rounds"] = abs_summary(per_plan_medians(rounds))
     for engine, errs in held_ttft.items():
         summary[f"{engine} first token"] = abs_summary(errs)
-    # AirLLM's first token with the page cache dropped: its loader faults every shard in (sim.schedule.airllm_cold_waits)
+    # AirLLM's first token with the page cache dropped: its loader faults the shards in (airllm_cold_waits)
     summary["airllm cold first token"] = abs_summary([r["ttft_error_pct"] for r in rows
                                                       if r["engine"] == "airllm" and r["run"] == "cold"])
     for k, v in summary.items():
