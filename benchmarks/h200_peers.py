@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import shutil
 import subprocess
@@ -243,7 +244,7 @@ def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens:
     """Accelerate's own device map at the budgets of RUNSETS[runset], the set run `rounds` times in turn (the host's
     speed moves between runs minutes apart: docs/peers.md, twenty-fifth session)."""
     gpu = 0 if dev == "cuda" else "cpu"
-    for round_, (label, g, c, batch, p) in ((r, x) for r in range(rounds) for x in RUNSETS[runset]):
+    for round_, (label, g, c, batch, p) in itertools.product(range(rounds), RUNSETS[runset]):
         if time.perf_counter() > deadline:
             entry["accelerate"].append({"label": label, "skipped": "deadline"})
             continue

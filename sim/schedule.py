@@ -212,10 +212,11 @@ def airllm_cold_waits(sch: Schedule, model: ModelShape, machine: MachineSpec, cl
         if miss <= 0:
             continue
         u, copy = model.units[int(sch.unit[k])], float(sch.copy_s[k])
-        # an unpinned module (over AirLLM's pin limit) is faulted in by the main thread's copy to the GPU: all of it
+        # an unpinned module (over AirLLM's pin limit) is faulted in by the main thread's copy to the GPU: all of it;
+        # never less than the row's warm wait (a first module that the page cache mostly holds)
         whole = k == loads[0] or not airllm_pins(u)
-        sch.fault_s[k] = airllm_loader_wait_s(u, machine, copy, miss, cleanup_s, first=whole) \
-            - (airllm_loader_wait_s(u, machine, copy, 0.0, cleanup_s) if airllm_pins(u) else 0.0)
+        sch.fault_s[k] = max(0.0, airllm_loader_wait_s(u, machine, copy, miss, cleanup_s, whole=whole)
+                             - (airllm_loader_wait_s(u, machine, copy, 0.0, cleanup_s) if airllm_pins(u) else 0.0))
         sch.overhead_s[k] += sch.fault_s[k]
 
 
@@ -287,7 +288,8 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     rows_only = u.kind == "embedding" and load == CPU_READ and peer is not None and peer.mmap_reads
     read = u.nbytes * (ratio if p.tier == "disk_compressed" else 1.0) if disk and not rows_only else 0.0
     unpack = unpack_time_s(u.nbytes, plan.codec) if load and p.tier.endswith("compressed") else 0.0
-    staged = plan.pinned_staging and p.tier in STAGED_TIERS and (plan.engine != "airllm" or airllm_pins(u))
+    pins = plan.engine != "airllm" or airllm_pins(u)  # AirLLM pins a module up to its limit only
+    staged = plan.pinned_staging and p.tier in STAGED_TIERS and pins
     gpu_load = load == GPU_LOAD
     pinned = p.tier == "ram_pinned" or staged
     copy = copy_time_s(u.nbytes, machine, pinned=pinned) if gpu_load else 0.0
@@ -295,7 +297,6 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     if peer is None:
         overhead = machine.engine.stream_overhead_s.get(p.tier, 0.0) if load else 0.0
     else:  # a peer: a pinned copy per load on the loader; hooks, cleanup and its generation loop on the compute lane
-        pins = airllm_pins(u) if plan.engine == "airllm" else True
         unpack += u.nbytes / machine.host_memory.memcpy_bytes_per_s if gpu_load and peer.pin_each_load and pins \
             else 0.0
         mods = param_modules(u.kind, model.family)
@@ -325,7 +326,7 @@ def airllm_modules(u: UnitShape, tied_head: bool) -> int:
 
 
 def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float, miss_share: float = 0.0,
-                        cleanup_s: float | None = None, first: bool = False) -> float:
+                        cleanup_s: float | None = None, whole: bool = False) -> float:
     """AirLLM's pre-hook waiting for its loader thread, per streamed module of a dense model. The loader pins the next
     module's tensors one by one (`pin_memory()`, a copy at memcpy speed that releases the interpreter's lock), while
     the main thread copies this module to the GPU, runs it, then calls `gc.collect()`, which holds the lock for its
@@ -337,8 +338,9 @@ def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float, miss
     behind it; None: taken as long enough), are ready when the hook asks; the rest is copied while the hook waits. A decoder's MLP matrix: its parameters less the attention's (hidden x (2 hidden + 2 KV width), the KV
     width from its 16-bit cache) over three.
     The loader's shards are memory-mapped: a `miss_share` of the module not in the page cache is read from disk by
-    the pin copy's page faults, at the disk's cold speed on top of the copy's. The `first` module of a request has no
-    collection before it to overlap: it waits for its whole read (its pin copy is the loader lane's).
+    the pin copy's page faults, at the disk's cold speed on top of the copy's. A `whole` read is waited for entirely:
+    the first module of a request (no collection before it to overlap; its pin copy is the loader lane's) and a
+    module AirLLM does not pin (airllm_pins: the main thread's copy to the GPU faults it in).
     Warm, calls F-I, 8 runs of four shapes (peers_report.py --airllm-phases): the pre-hook, copy and wait, took
     7.6-7.7, 11.5-12.3, 38.8-40.0 and 33.8-35.4 ms a decoder, priced now at 7.9, 20.9, 42.6 and 41.0; the split
     differs (the copies ran slower than priced, the waits shorter than this wait: 3.8-23.0 ms against 5.7-30.7).
@@ -346,7 +348,7 @@ def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float, miss
     if u.kind not in ("decoder", "embedding", "lm_head") or not u.params:
         return 0.0
     cold = machine.storage.cold_read_bytes_per_s
-    if first:
+    if whole:
         return u.nbytes * miss_share / cold
     per_byte = 1.0 / machine.host_memory.memcpy_bytes_per_s + miss_share / cold
     largest = float(u.nbytes)

@@ -1562,7 +1562,7 @@ def test_airllm_cold_loader_wait_hand_worked():
     assert airllm_loader_wait_s(dec, m, 0.002, 1.0, 0.2) == pytest.approx(50.8515e-3, abs=1e-7)
     assert airllm_loader_wait_s(dec, m, 0.002, 1.0, 0.01) == pytest.approx(50.8515e-3 + 10.1343e-3, abs=1e-7)
     assert airllm_loader_wait_s(dec, m, 0.002, 0.5, 0.2) == pytest.approx(28.8301e-3, abs=1e-7)
-    assert airllm_loader_wait_s(dec, m, 0.002, 1.0, 0.2, first=True) == pytest.approx(60.8215e-3, abs=1e-7)
+    assert airllm_loader_wait_s(dec, m, 0.002, 1.0, 0.2, whole=True) == pytest.approx(60.8215e-3, abs=1e-7)
     assert head.nbytes == 4_198_400
     assert airllm_loader_wait_s(head, m, 0.0, 1.0, 0.001) == pytest.approx(1.5190e-3, abs=1e-7)
     assert airllm_loader_wait_s(head, m, 0.0, 1.0, 0.2) == 0.0
@@ -1592,7 +1592,7 @@ def test_airllm_cold_reads_are_waited_for_in_the_first_step():
         u, copy = shape.units[int(cold.unit[k])], float(cold.copy_s[k])
         extra = cold.overhead_s[k] - warm.overhead_s[k]
         if cold.step[k] == 0:
-            want = airllm_loader_wait_s(u, m, copy, 1.0, cleanup, first=k == loads[0]) \
+            want = airllm_loader_wait_s(u, m, copy, 1.0, cleanup, whole=k == loads[0]) \
                 - airllm_loader_wait_s(u, m, copy, 0.0, cleanup)
             assert extra == pytest.approx(want) and (want > 0 or u.kind != "decoder")
         else:
