@@ -9,11 +9,14 @@ run with those costs and the machine profile calibrated in the same call, and ch
 Run: python benchmarks/peers_report.py docs/peers/peers-a.json [--json OUT]
      python benchmarks/peers_report.py docs/peers/peers-{b,c,d,e,g,h}.json --preset h200-testbox  (exported plans,
      priced today with the preset's costs)
+     python benchmarks/peers_report.py docs/peers/peers-{n,o,p}.json --per-call  (each call's costs fitted on its
+     own calibration runs, the held-out runs of all of them summarised together)
 """
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -215,6 +218,9 @@ def main() -> None:
     ap.add_argument("--preset", default=None, help="only: the exported plans priced today with this preset's costs")
     ap.add_argument("--airllm-phases", action="store_true",
                     help="only: each AirLLM run predicted with its own cleanup per module, beside its timed steps")
+    ap.add_argument("--per-call", action="store_true",
+                    help="fit each file's (each call's) host costs on its own calibration runs, as a user calibrates "
+                         "on their own machine, instead of one fit over every file given")
     a = ap.parse_args()
     if a.preset:
         exported_with_preset(a.files, a.preset)
@@ -231,21 +237,26 @@ def main() -> None:
     for e in archs:
         shape, machine = ModelShape.model_validate(e["shape"]), profile_machine(e)
         loaded.append((e, shape, machine, runs_of(e, shape, machine)))
-    specs = {}
-    for engine in ("accelerate", "airllm"):
-        cal = [(shape, machine, r) for e, shape, machine, runs in loaded for eng, _, c, r, _ in runs if eng == engine and c]
-        if not cal:  # not measured in these files, or (AirLLM) every cost measured by calibrate
-            specs[engine] = None
-            continue
-        src = (f"measured: fitted on {len(cal)} {engine} runs ({', '.join(r.label for _, _, r in cal)}) on the H200 "
-               f"test machine ({', '.join(Path(f).name for f in a.files)}; benchmarks/h200_peers.py, peers_report.py)")
-        specs[engine] = fit(engine, cal, src)
-        print(engine, "fitted:", {k: v for k, v in specs[engine].model_dump().items() if isinstance(v, float) and v})
+    names = [Path(f).name for f in a.files]
+    groups = [[f] for f in names] if a.per_call else [names]
+    specs = {}  # (engine, file): the costs fitted on the calibration runs of the file's group
+    for engine, group in itertools.product(("accelerate", "airllm"), groups):
+        cal = [(shape, machine, r) for e, shape, machine, runs in loaded if e["file"] in group
+               for eng, _, c, r, _ in runs if eng == engine and c]
+        spec = None  # not measured in these files, or (AirLLM) every cost measured by calibrate
+        if cal:
+            src = (f"measured: fitted on {len(cal)} {engine} runs ({', '.join(r.label for _, _, r in cal)}) on the "
+                   f"H200 test machine ({', '.join(group)}; benchmarks/h200_peers.py, peers_report.py)")
+            spec = fit(engine, cal, src)
+            print(engine, "fitted" + (f" ({group[0]})" if a.per_call else "") + ":",
+                  {k: v for k, v in spec.model_dump().items() if isinstance(v, float) and v})
+        specs.update({(engine, f): spec for f in group})
     rows, held, held_ttft = [], {"accelerate": [], "airllm": []}, {"accelerate": [], "airllm": []}
     for e, shape, machine, runs in loaded:
         for engine, kind, calib, run, extra in runs:
             measured = MEASURED[engine] if engine == "accelerate" or cleanup_measured(e) else ()
-            m = machine if specs[engine] is None else with_peer(machine, engine, specs[engine].model_copy(
+            spec = specs[engine, e["file"]]
+            m = machine if spec is None else with_peer(machine, engine, spec.model_copy(
                 update={k: getattr(machine.peers[engine], k) for k in measured}))
             s = predict(shape, m, run)
             err = 100 * (s["time_per_token_s"] / run.measured_tpot_s - 1)
@@ -297,9 +308,10 @@ def main() -> None:
         print(f"{k}: held-out runs {v['runs']}, median |error| {v['median_abs_error_pct']}, "
               f"worst {v['worst_abs_error_pct']}" + (f", within 15%: {v['within_15pct']}" if "within_15pct" in v else ""))
     if a.json:
-        Path(a.json).write_text(json.dumps({"fitted": {k: v.model_dump() for k, v in specs.items() if v},
-                                            "held_out": summary,
-                                            "rows": rows}, indent=1))
+        tmp = Path(a.json).with_suffix(".tmp")
+        tmp.write_text(json.dumps({"fitted": {f"{engine} {f}": v.model_dump() for (engine, f), v in specs.items() if v},
+                                   "held_out": summary, "rows": rows}, indent=1))
+        tmp.replace(a.json)  # atomic: an interrupted run leaves the previous summary whole
 
 
 if __name__ == "__main__":
