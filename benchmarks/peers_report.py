@@ -33,7 +33,8 @@ from validate.peer_calibration import PeerRun, fit, predict, with_peer
 CALIBRATION = {("accelerate", "all GPU", 1), ("accelerate", "GPU 60%", 1), ("accelerate", "GPU 30%", 1), ("airllm", "warm", 1)}
 # peer costs calibrate measures on the host, not fitted here (AirLLM's cleanup per module since the 23rd session:
 # where a profile has it, every AirLLM run is held out)
-MEASURED = {"accelerate": ("disk_tensor_s", "disk_header_entry_s"), "airllm": ("load_unit_s",)}
+MEASURED = {"accelerate": ("disk_tensor_s", "disk_header_entry_s", "hook_module_s"),
+            "airllm": ("load_unit_s",)}
 DEVICE = {"0": "vram", "cuda:0": "vram", "cpu": "ram_pageable", "disk": "disk_raw"}
 
 

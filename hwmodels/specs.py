@@ -124,6 +124,11 @@ class PeerSpec(Spec):
                                             "file and maps it anew for each tensor (calibrate measures it).")
     disk_header_entry_s: NonNegativeFloat = Field(default=0.0, description="The same per entry of the file's header "
                                                   "(parsed at every open): shards of SHARD_BYTES assumed.")
+    hook_module_s: NonNegativeFloat = Field(default=0.0, description="Per parameter-holding module of a unit "
+                                            "offloaded to disk and computed on the CPU, per forward: Accelerate's "
+                                            "AlignDevicesHook sets each tensor on the execution device before the "
+                                            "forward and back on meta after it (calibrate times it: "
+                                            "validate/hook_cost.py). A unit loaded to the GPU pays load_module_s.")
     load_unit_s: NonNegativeFloat = Field(default=0.0, description="Per unit loaded for one forward (materialising "
                                           "the layer and cleaning up after it); AirLLM: per module it streams, its "
                                           "cleanup (sim.schedule.airllm_modules; calibrate times it).")

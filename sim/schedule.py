@@ -302,7 +302,8 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
         mods = param_modules(u.kind, model.family)
         per_tensor = peer.disk_tensor_s + peer.disk_header_entry_s * model.tensors_per_shard if disk else 0.0
         units = airllm_modules(u, tied_head) if plan.engine == "airllm" else float(gpu_load)
-        overhead = (peer.load_module_s * mods if gpu_load else 0.0) + peer.load_unit_s * units + per_tensor * mods \
+        hooks = peer.load_module_s if gpu_load else peer.hook_module_s if disk else 0.0
+        overhead = hooks * mods + peer.load_unit_s * units + per_tensor * mods \
             + (peer.step_s if ui == 0 and pays_step else 0.0) \
             + (airllm_loader_wait_s(u, machine, copy, 0.0, peer.load_unit_s)
                if plan.engine == "airllm" and gpu_load and not model.is_moe and pins else 0.0)

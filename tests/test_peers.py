@@ -211,6 +211,19 @@ def test_accelerate_disk_offload_pays_per_tensor(toy_machine):
     assert build_schedule(model, m, plan, W, BIG).overhead_s[:3].tolist() == pytest.approx([9 * 0.37] * 3)
 
 
+def test_accelerate_hooks_priced_on_disk_modules_computed_on_the_cpu(toy_machine):
+    """Accelerate's hooks of a disk-offloaded CPU layer (hook_module_s 0.05 s) cost 9 modules x 0.05 = 0.45 s a unit
+    beside its 9 opens x 0.1 s; layers in RAM computed on the CPU carry none (transformers attaches no hooks to an
+    all-"cpu" map), and a layer loaded to the GPU pays load_module_s (0.02 s a module) instead."""
+    model, m, plan = _accelerate(toy_machine, ["disk_raw"] * 3, disk_tensor_s=0.1, hook_module_s=0.05)
+    assert build_schedule(model, m, plan, W, BIG).overhead_s[:3].tolist() == pytest.approx([0.9 + 0.45] * 3)
+    model, m, plan = _accelerate(toy_machine, ["ram_pageable"] * 3, hook_module_s=0.05)
+    assert build_schedule(model, m, plan, W, BIG).overhead_s.sum() == 0
+    model, m, plan = _accelerate(toy_machine, ["vram", "disk_raw", "vram"], hook_module_s=0.05, load_module_s=0.02)
+    assert [p.compute for p in plan.placements] == ["gpu"] * 3
+    assert build_schedule(model, m, plan, W, BIG).overhead_s[:3].tolist() == pytest.approx([0.0, 9 * 0.02, 0.0])
+
+
 def test_header_entries_per_five_gigabyte_shard():
     """12 GB in three 4 GB decoders of 9 tensors: ceil(12 / 5) = 3 shards of 9 entries each."""
     model = toy_model((4 * 10**9,) * 3)

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from hwmodels.presets import load_machine
 from sim.interval import CALIBRATE_ROUNDS  # the prediction interval reads a grid's spread as that many draws
+from validate.hook_cost import hook_module_s
 from validate.module_cleanup import module_cleanup
 
 MiB = 2**20
@@ -300,7 +301,8 @@ def cpu_grids(config: dict, machine, grid: dict, rounds: int) -> list:
 def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eager: bool = True) -> dict:
     from validate.compute_grid import measure_grids
     m = load_machine(base)
-    steps = ["storage", "memcpy", "pin", "link", "codec", "roofline", "grid-gpu", "grid-cpu", "contention", "cleanup"]
+    steps = ["storage", "memcpy", "pin", "link", "codec", "roofline", "grid-gpu", "grid-cpu", "contention", "cleanup",
+             "hooks"]
     meas: dict = {}
     size = 64 * MiB if quick else 1024 * MiB
     link_sizes = (MiB, 16 * MiB, 128 * MiB) if quick else (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB)
@@ -334,6 +336,8 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eag
                 meas["contention"] = contention(config, m, cuda) if cuda else None
             elif step == "cleanup":
                 meas["module_cleanup"] = module_cleanup(config, folder)
+            elif step == "hooks":
+                meas["accelerate_hooks"] = hook_module_s(folder, rounds=3 if quick else 8)
     return meas
 
 
@@ -420,6 +424,8 @@ def _overrides(m, meas: dict, cuda: bool) -> dict:
             "gpu.bf16_flops_per_s": max(comp["prefill_flops_per_s"], 1.0)}
     if "cleanup_s" in meas["module_cleanup"]:  # else the preset's value stays (the error is in the measurements)
         over["peers.airllm.load_unit_s"] = meas["module_cleanup"]["cleanup_s"]
+    if "hook_module_s" in meas.get("accelerate_hooks", {}):  # else (accelerate not installed) the preset's
+        over["peers.accelerate.hook_module_s"] = meas["accelerate_hooks"]["hook_module_s"]
     graph = _graph_overhead(meas.get("grids", []), m, comp["layer_launches"]) if cuda else None
     if graph is not None:
         over["gpu.graph_kernel_overhead_s"] = graph
@@ -475,7 +481,8 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: 
                   "memcpy; pinned allocation; torch pinned/pageable copies by size; zstd byte-plane decode; compute "
                   "grids timed inside the engine (batch x prompt, batch x context; validate/compute_grid.py); CPU "
                   "decoder time beside copies (contention); AirLLM's cleanup after each module in a fresh process "
-                  "(validate/module_cleanup.py); roofline fallback fitted from a synchronised layer",
+                  "(validate/module_cleanup.py); Accelerate's offload hooks per module (validate/hook_cost.py); "
+                  "roofline fallback fitted from a synchronised layer",
         "base_preset": base, "cuda": cuda, "torch": torch.__version__,
         "measurements": {k: v for k, v in meas.items() if k not in ("grids", "config")},
         "kept_from_preset": kept_from_preset(machine.model_dump(), set(over))}}
