@@ -7,9 +7,10 @@ safetensors open, priced apart by `disk_tensor_s`) and sets it on the execution 
 a new Parameter each time), after the forward sets it back on `meta`; the block hooks move the forward's arguments,
 the KV cache among them. All of it is Python work per module and forward, whatever the tensors' sizes: on the H200
 host 0.11-0.29 ms a module for the first alone (benchmarks/h200_accel_disk_probe.py, docs/peers/accel-disk.json),
-as much as the open of a small tensor. Timed here as a run pays it: a small Llama saved as safetensors, loaded by
-transformers with every decoder on "disk" and again all on "cpu", generations interleaved; the disk run's time less
-the RAM run's, less the time spent inside the offload map's reads, per offloaded module and token.
+as much as the open of a small tensor. Timed here as a run pays it: a small Llama (SMALL_LLAMA) saved as
+safetensors, loaded by transformers with every decoder on "disk" and again all on "cpu", generations interleaved;
+the disk run's time less the RAM run's, less the time spent inside the offload map's reads, per offloaded module and
+token.
 """
 from __future__ import annotations
 
@@ -21,8 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-TINY_LLAMA = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=64)
+# SmolLM-135M's layer (0.2-1.8 MB a matrix), six of them, a small vocabulary: what the hooks cost on its own is the
+# same at any width, but the pages of a freshly mapped tensor, faulted in by the forward and released by the post
+# hook, are not: at a width of 64 this host measured 0.13 ms a module, at 576 0.19-0.25 (the H200 host: 0.21 at 64,
+# 0.31-0.41 in place for SmolLM-135M, Qwen3-0.6B and a 2560-wide Llama; docs/peers.md, twenty-seventh session)
+SMALL_LLAMA = dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=6,
+                   num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=256,
+                   max_position_embeddings=64)
 
 
 def param_modules(model) -> int:
@@ -59,7 +65,7 @@ def hook_module_s(folder: Path | None = None, rounds: int = 6, tokens: int = 8) 
     from transformers import AutoConfig, AutoModelForCausalLM
     work = Path(tempfile.mkdtemp(prefix=".hook-cost-", dir=folder))
     try:
-        cfg = AutoConfig.for_model(**TINY_LLAMA)
+        cfg = AutoConfig.for_model(**SMALL_LLAMA)
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(work / "ckpt")
         layers = {f"model.layers.{i}": "disk" for i in range(cfg.num_hidden_layers)}
