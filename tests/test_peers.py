@@ -253,6 +253,23 @@ def test_calibrate_measures_the_per_tensor_open(tmp_path):
     assert 0.0 <= t < 0.05 and not list(tmp_path.iterdir())  # seconds per tensor; the probe file is removed
 
 
+def test_offload_open_line_resists_one_slow_pass(tmp_path):
+    """The open's cost as a line in the header's entries, 1e-4 s + 1e-6 s an entry, from files of 16, 64 and 256
+    tensors over three rounds: one pass of the 256-tensor file run 3x slow (the host stalled) leaves the line as it
+    is, where a line through two files' single passes would have tripled its slope."""
+    from validate.calibrate import offload_open
+    calls = []
+
+    def timer(folder, n, passes):
+        calls.append(n)
+        return (1e-4 + 1e-6 * n) * (3.0 if len(calls) == 3 else 1.0)  # the first round's 256-tensor pass
+    tensor_s, entry_s = offload_open(tmp_path, timer=timer)
+    assert calls == [16, 64, 256] * 3
+    assert tensor_s == pytest.approx(1e-4) and entry_s == pytest.approx(1e-6)
+    flat = offload_open(tmp_path, timer=lambda folder, n, passes: 2e-4)  # no slope: the per-tensor cost alone
+    assert flat == pytest.approx((2e-4, 0.0))
+
+
 def test_calibrate_measures_the_map_speed(tmp_path):
     pytest.importorskip("torch")
     from validate.calibrate import map_touch

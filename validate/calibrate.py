@@ -93,12 +93,12 @@ def map_touch(path: Path, nbytes: int) -> float:
     return nbytes / _best(once)
 
 
-def safetensors_tensor_s(folder: Path, tensors: int = 64, nbytes: int = MiB) -> float:
+def safetensors_tensor_s(folder: Path, tensors: int = 64, nbytes: int = MiB, passes: int = 3) -> float:
     """Seconds per tensor that Accelerate's disk offload pays at every forward beyond the pages' map cost
     (host_memory.map_touch_bytes_per_s): accelerate/utils/offload.py OffloadedWeightsLoader opens the safetensors
     file and parses its header for each tensor, and get_tensor returns a view of a fresh private map of the whole
     file, unmapped when the hook frees the weight. Timed as that, the view summed by torch's threads and released,
-    less the same sum of a tensor already in memory; median over three passes of a file of `tensors` tensors."""
+    less the same sum of a tensor already in memory; median over `passes` passes of a file of `tensors` tensors."""
     from safetensors import safe_open
     from safetensors.torch import save_file
     path = folder / ".calib-offload.safetensors"
@@ -106,7 +106,7 @@ def safetensors_tensor_s(folder: Path, tensors: int = 64, nbytes: int = MiB) -> 
     try:
         resident = torch.ones(nbytes // 2, dtype=torch.bfloat16)
         times = []
-        for _ in range(3):
+        for _ in range(passes):
             for i in range(tensors):
                 t = time.perf_counter()
                 with safe_open(str(path), framework="pt", device="cpu") as f:
@@ -121,12 +121,17 @@ def safetensors_tensor_s(folder: Path, tensors: int = 64, nbytes: int = MiB) -> 
         path.unlink(missing_ok=True)
 
 
-def offload_open(folder: Path, small: int = 16, large: int = 256) -> tuple[float, float]:
-    """(seconds per tensor, seconds per header entry of its file): the per-tensor open timed on files of `small` and
-    `large` tensors, as a line in the header's size (its JSON is parsed at every open)."""
-    a, b = safetensors_tensor_s(folder, small), safetensors_tensor_s(folder, large)
-    slope = max(b - a, 0.0) / (large - small)
-    return max(a - slope * small, 0.0), slope
+def offload_open(folder: Path, sizes: tuple[int, ...] = (16, 64, 256), rounds: int = 3,
+                 timer=safetensors_tensor_s) -> tuple[float, float]:
+    """(seconds per tensor, seconds per header entry of its file): the per-tensor open timed on files of `sizes`
+    tensors, interleaved over `rounds` (the host's speed drifts within minutes), as a line in the header's size (its
+    JSON is parsed at every open), fitted by Theil-Sen (one slow pass cannot tilt it: one line from two files, as
+    before, measured 2.03 us an entry in call N against 0.65-1.21 in the other calls J-R)."""
+    from scipy.stats import theilslopes
+    points = [(n, timer(folder, n, passes=1)) for _ in range(rounds) for n in sizes]
+    slope, intercept = theilslopes([t for _, t in points], [n for n, _ in points])[:2]
+    slope = max(float(slope), 0.0)
+    return max(float(intercept) if slope > 0 else float(np.median([t for _, t in points])), 0.0), slope
 
 
 def memcpy(nbytes: int) -> float:
