@@ -24,14 +24,15 @@ from pathlib import Path
 
 # SmolLM-135M's layer (0.2-1.8 MB a matrix), six of them, a small vocabulary: what the hooks cost on its own is the
 # same at any width, but the pages of a freshly mapped tensor, faulted in by the forward and released by the post
-# hook, are not: at a width of 64 this host measured 0.13 ms a module, at 576 0.19-0.25 (the H200 host: 0.21 at 64,
-# 0.31-0.41 in place for SmolLM-135M, Qwen3-0.6B and a 2560-wide Llama; docs/peers.md, twenty-seventh session)
+# hook, are not: at a width of 64 the 2-core development machine measured 0.13 ms a module, at 576 0.19-0.25 (the
+# H200 host: 0.21 at 64, 0.30 at 576, 0.31-0.41 in place for SmolLM-135M, Qwen3-0.6B and a 2560-wide Llama;
+# docs/peers.md, twenty-seventh session)
 SMALL_LLAMA = dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=6,
                    num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=256,
                    max_position_embeddings=64)
 
 
-def param_modules(model) -> int:
+def hooked_modules(model) -> int:
     """The modules that hold parameters of their own: those Accelerate hooks to offload."""
     return sum(1 for m in model.modules() if next(m.parameters(recurse=False), None) is not None)
 
@@ -73,7 +74,7 @@ def hook_module_s(folder: Path | None = None, rounds: int = 6, tokens: int = 8) 
         load = dict(dtype=torch.bfloat16, offload_folder=str(work / "offload"))
         disk = AutoModelForCausalLM.from_pretrained(work / "ckpt", device_map={**rest, **layers}, **load)
         ram = AutoModelForCausalLM.from_pretrained(work / "ckpt", device_map="cpu", **load)
-        modules = param_modules(disk.model.layers)
+        modules = hooked_modules(disk.model.layers)
         ids = torch.ones(1, 1, dtype=torch.long)
 
         def per_token(model, reads: list[float]) -> float:
