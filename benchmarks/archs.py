@@ -67,6 +67,14 @@ ARCHS = {
     "llama-1b-tied": ("llama-3.1-8b", dict(num_hidden_layers=16, hidden_size=2048, intermediate_size=8192,
                                            num_attention_heads=32, num_key_value_heads=8, head_dim=64,
                                            tie_word_embeddings=True)),
+    # heads tied to the embedding as the real models' are (twenty-eighth session, held out): Qwen3-0.6B's own and a
+    # Llama-3.2-3B-like layer (hidden 3072, 24 heads over 8 of 128, a 128256-token vocabulary)
+    "qwen3-0.6b-tied": ("qwen3-14b", dict(num_hidden_layers=28, hidden_size=1024, intermediate_size=3072,
+                                          num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                                          tie_word_embeddings=True)),
+    "llama-3b-tied": ("llama-3.1-8b", dict(num_hidden_layers=28, hidden_size=3072, intermediate_size=8192,
+                                           num_attention_heads=24, num_key_value_heads=8, head_dim=128,
+                                           tie_word_embeddings=True)),
     "moe-60x4": ("qwen3-235b-a22b", dict(num_hidden_layers=24, hidden_size=2048, num_attention_heads=16,
                                          num_key_value_heads=16, moe_intermediate_size=1408,
                                          num_experts=60, num_experts_per_tok=4, vocab_size=151936)),

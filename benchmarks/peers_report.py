@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 
 from hwmodels.specs import MachineSpec
-from planner.export import hf_module
+from planner.export import tiers_from_device_map
 from sim.plan import Budgets, Workload
 from sim.policies import POLICIES, accelerate_map, accelerate_tiers
 from sim.schedule import airllm_loader_wait_s, build_schedule
@@ -35,19 +35,6 @@ CALIBRATION = {("accelerate", "all GPU", 1), ("accelerate", "GPU 60%", 1), ("acc
 # where a profile has it, every AirLLM run is held out)
 MEASURED = {"accelerate": ("disk_tensor_s", "disk_header_entry_s", "hook_module_s"),
             "airllm": ("load_unit_s",)}
-DEVICE = {"0": "vram", "cuda:0": "vram", "cpu": "ram_pageable", "disk": "disk_raw"}
-
-
-def tiers_from_map(shape: ModelShape, hf_map: dict, on_gpu: bool) -> dict[str, str]:
-    """Each unit's tier from the longest device-map key that is a prefix of its module."""
-    if not hf_map:
-        return {u.name: "vram" if on_gpu else "ram_pageable" for u in shape.units}
-    out = {}
-    for u in shape.units:
-        mod = hf_module(shape, u.modules[0])
-        keys = [k for k in hf_map if k == "" or mod == k or mod.startswith(k + ".")]
-        out[u.name] = DEVICE[str(hf_map[max(keys, key=len)])]
-    return out
 
 
 def cleanup_measured(entry: dict) -> bool:
@@ -68,7 +55,7 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
         on_gpu = True if r["hf_device_map"] else \
             all(p["compute"] == "gpu" for p in r["exported"]["plan"]["placements"]) if "exported" in r else \
             int(r["max_memory"].get("0", 0)) >= shape.total_bytes
-        plan = accelerate_map(shape, machine, w, big, tiers_from_map(shape, r["hf_device_map"], on_gpu),
+        plan = accelerate_map(shape, machine, w, big, tiers_from_device_map(shape, r["hf_device_map"], on_gpu),
                               "accelerate (measured map)")
         extra = {}
         if r.get("max_memory"):

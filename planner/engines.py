@@ -71,25 +71,36 @@ def _best(model, machine, w, budgets, plans: list[Plan], objective: str) -> Plan
 
 def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,
                         objective: str = "token") -> Plan:
-    """The fastest device_map Accelerate can run at these budgets (greedy by seconds saved per byte)."""
+    """The fastest device_map Accelerate can run at these budgets (greedy by seconds saved per byte). A head tied to
+    the embedding goes where the embedding goes (transformers shares the one matrix; Accelerate places them
+    together): the pair is one item of the embedding's bytes, costing both units' copies off the GPU."""
     peer = machine.peers["accelerate"]
+    tied = next((u for u in model.units if u.kind == "lm_head" and u.tied_nbytes), None)
+    emb = next((u for u in model.units if u.kind == "embedding"), None) if tied else None
+    tied = tied if emb is not None else None
 
     def off_s(u) -> float:  # seconds per token a unit costs off the GPU
-        return copy_time_s(u.nbytes, machine, pinned=False) + peer.load_module_s * param_modules(u.kind, model.family)
-    order = sorted(model.units, key=lambda u: (-off_s(u) / max(u.nbytes, 1), u.name))
+        own = copy_time_s(u.nbytes, machine, pinned=False) + peer.load_module_s * param_modules(u.kind, model.family)
+        return own + (off_s(tied) if u is emb else 0.0)
+
+    def size(u) -> int:  # bytes the unit adds where it is placed (with its tied head: the head's own, once)
+        return u.nbytes + (tied.nbytes - tied.tied_nbytes if u is emb else 0)
+    order = sorted((u for u in model.units if u is not tied), key=lambda u: (-off_s(u) / max(size(u), 1), u.name))
 
     def tiers_keeping(keep: int) -> dict[str, str]:  # the densest `keep` units on the GPU, then RAM, then disk
         tiers, ram_left = {}, budgets.ram_bytes
         for k, u in enumerate(order):
             if k < keep:
                 tiers[u.name] = "vram"
-            elif u.nbytes <= ram_left:
-                tiers[u.name], ram_left = "ram_pageable", ram_left - u.nbytes
+            elif size(u) <= ram_left:
+                tiers[u.name], ram_left = "ram_pageable", ram_left - size(u)
             else:
                 tiers[u.name] = "disk_raw"
+        if tied is not None:
+            tiers[tied.name] = tiers[emb.name]
         return tiers
     # VRAM for the densest `keep` units: their bytes + one slot for the largest offloaded unit + KV + activations
-    sizes = np.array([u.nbytes for u in order], dtype=np.float64)
+    sizes = np.array([size(u) for u in order], dtype=np.float64)
     resident = np.concatenate([[0.0], np.cumsum(sizes)])
     slot = np.concatenate([np.maximum.accumulate(sizes[::-1])[::-1], [0.0]])
     fits = resident + slot + kv_cache_bytes(model, w) + activation_bytes(model, w) <= budgets.vram_bytes

@@ -26,6 +26,30 @@ def hf_module(model: ModelShape, name: str) -> str:
     return name
 
 
+# where a device_map's values put a module: the GPU, RAM (pageable: Accelerate copies from it), the offload folder
+HF_DEVICE_TIERS = {"0": "vram", "cuda": "vram", "cuda:0": "vram", "cpu": "ram_pageable", "disk": "disk_raw"}
+
+
+def tiers_from_device_map(model: ModelShape, device_map: dict, on_gpu: bool = True) -> dict[str, str]:
+    """Each unit's tier in a device_map transformers chose (`model.hf_device_map`): the value of the longest key
+    that is its module or a prefix of it; the head unit's from `lm_head`, not from the final norm it also holds,
+    which Accelerate places on its own. An empty map is one device: the GPU where `on_gpu`, else RAM."""
+    if not device_map:
+        return {u.name: "vram" if on_gpu else "ram_pageable" for u in model.units}
+    out = {}
+    for u in model.units:
+        mod = hf_module(model, u.modules[-1] if u.kind == "lm_head" else u.modules[0])
+        keys = [k for k in device_map if k == "" or mod == k or mod.startswith(k + ".")]
+        if not keys:
+            raise InputError(f"device_map: no key covers module {mod!r}; give its device, or a prefix of it.")
+        dev = str(device_map[max(keys, key=len)])
+        if dev not in HF_DEVICE_TIERS:
+            raise InputError(f"device_map: device {dev!r} of {mod!r} is not 0, 'cpu' or 'disk'; this tool models one "
+                             "GPU.")
+        out[u.name] = HF_DEVICE_TIERS[dev]
+    return out
+
+
 def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes: int, ram_bytes: int) -> dict:
     """{'device_map': {module: 0 | 'cpu' | 'disk'}, 'max_memory': {0: '..GiB', 'cpu': '..GiB'}, 'notes': [...]}."""
     tiers = plan.tiers()

@@ -109,11 +109,18 @@ def streamed_units(model: ModelShape, plan: Plan, w: Workload | None = None) -> 
     return out
 
 
+def shared_bytes(model: ModelShape, plan: Plan, tier: str) -> int:
+    """Bytes a head tied to the embedding shares with it in `tier`, where both are kept there (counted once)."""
+    t = plan.tiers()
+    if not any(t[u.name].tier == tier for u in model.units if u.kind == "embedding"):
+        return 0
+    return sum(u.tied_nbytes for u in model.units if t[u.name].tier == tier)
+
+
 def resident_weight_bytes(model: ModelShape, plan: Plan) -> int:
     """Bytes of the weights resident on the GPU; a head tied to a resident embedding is that one matrix."""
     t = plan.tiers()
-    emb_resident = any(t[u.name].tier == "vram" for u in model.units if u.kind == "embedding")
-    return sum(u.nbytes - (u.tied_nbytes if emb_resident else 0) for u in model.units if t[u.name].tier == "vram")
+    return sum(u.nbytes for u in model.units if t[u.name].tier == "vram") - shared_bytes(model, plan, "vram")
 
 
 def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> MemoryUse:
@@ -134,8 +141,9 @@ def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     pin_slot = max((sizes[n] for n in staged_host), default=0) if plan.pinned_staging else 0
     ratio = plan.codec.ratio if plan.codec else 1.0
     ram_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pageable") + \
-        int(sum(sizes[n] * ratio for n, p in t.items() if p.tier == "ram_compressed"))
-    pinned_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pinned")
+        int(sum(sizes[n] * ratio for n, p in t.items() if p.tier == "ram_compressed")) - \
+        shared_bytes(model, plan, "ram_pageable")
+    pinned_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pinned") - shared_bytes(model, plan, "ram_pinned")
     # the loaders keep at least one pinned buffer when they stage (sim/fast.py, sim/timeline.py, validate/engine.py)
     pinned_staging = max(plan.pinned_slots, 1) * pin_slot
     cache = budgets.ram_bytes - ram_w - pinned_w - pinned_staging - host_kv

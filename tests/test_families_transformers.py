@@ -98,3 +98,39 @@ def test_a_family_without_a_table_is_read_from_transformers():
     assert expert.matrix_params == 3 * h * inter  # gate_up (2 x inter x h) and down (h x inter) per expert
     assert expert.small_params == 2 * inter + h    # their biases
     assert sum(u.params for u in shape.units) == sum(_hf_counts(cfg).values())
+
+
+PLACEMENT_CASES = [("llama-3.1-8b", {"num_hidden_layers": 6}),
+                   ("llama-3.1-8b", {"num_hidden_layers": 6, "hidden_size": 2048, "intermediate_size": 8192,
+                                     "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+                                     "tie_word_embeddings": True}),
+                   ("qwen3-14b", {"num_hidden_layers": 5, "vocab_size": 32000}),
+                   ("qwen3-235b-a22b", {"num_hidden_layers": 3})]
+
+
+@pytest.mark.parametrize("preset, extra", PLACEMENT_CASES)
+def test_accelerate_placement_equals_transformers_device_map(preset, extra):
+    """sim.policies.accelerate_tiers against transformers' own infer_auto_device_map (what from_pretrained with
+    device_map="auto" and one GPU runs) on the meta model, over a grid of GPU and RAM budgets: every unit lands where
+    transformers puts it, a head tied to the embedding (placed with it) and an MoE's fused experts included."""
+    from transformers.integrations.accelerate import infer_auto_device_map
+    from planner.export import tiers_from_device_map
+    from sim.plan import Budgets
+    from sim.policies import accelerate_tiers
+    cfg = dict(preset_config(preset), **extra)
+    cfg.pop("quantization_config", None)
+    shape = shape_from_config(cfg)
+    conf = transformers.AutoConfig.for_model(**{k: v for k, v in cfg.items() if not k.startswith("_")})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(conf, dtype=torch.bfloat16)
+    total, checked = shape.total_bytes, set()
+    for gpu in (0.03, 0.1, 0.22, 0.35, 0.5, 0.64, 0.8, 0.97, 1.2):
+        for ram in (0.05, 0.2, 0.45, 0.7, 3.0):
+            vram, rambytes = int(gpu * total), int(ram * total)
+            hf = infer_auto_device_map(model, max_memory={0: vram, "cpu": rambytes},
+                                       no_split_module_classes=model._no_split_modules)
+            want = tiers_from_device_map(shape, {k: str(v) for k, v in hf.items()})
+            assert accelerate_tiers(shape, Budgets(vram_bytes=vram, ram_bytes=rambytes, pinned_bytes=0)) == want, \
+                (gpu, ram, dict(hf))
+            checked.add(tuple(sorted(set(want.values()))))
+    assert len(checked) >= 4  # the grid reached maps of every kind: all GPU, GPU and RAM, RAM and disk, ...

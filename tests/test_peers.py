@@ -127,6 +127,30 @@ def test_accelerate_placement_matches_measured_maps(vram, ram, want):
     assert {k: tiers[k] for k in want} == want
 
 
+# call Q's layer (docs/peers/peers-q.json): 16 Llama layers of hidden 2048, 16 heads without grouping
+FA16 = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=16, hidden_size=2048,
+                              intermediate_size=5632, num_attention_heads=16, num_key_value_heads=16, vocab_size=32000))
+# call R's (docs/peers/peers-r.json): a Llama-3.2-1B-like layer whose head is tied to the embedding
+TIED = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=16, hidden_size=2048,
+                              intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                              tie_word_embeddings=True))
+
+
+def test_accelerate_placement_of_a_tied_head_and_of_the_heads_reserve():
+    """Maps transformers 5.17 chose on the H200. R, 1.48 GB of GPU: the tied head goes with the 525 MB embedding,
+    counted once, and only a 122 MB layer is reserved, so six layers fit (1483 - 122 - 525 = 836 MB over 6 x 122);
+    reserving the head's 525 MB again would leave room for three. Q, 0.95 GB of RAM: the CPU reserve is the head's
+    matrix (131.072 MB), not the head with the final norm (4 kB more); the eighth 102.8 MB layer fits by 2 kB."""
+    t = accelerate_tiers(TIED, Budgets(vram_bytes=1482977280, ram_bytes=100 * 2**30, pinned_bytes=0))
+    assert [t[f"model.layers.{i}"] for i in (5, 6)] == ["vram", "ram_pageable"]
+    assert t["model.embed_tokens"] == t["lm_head"] == "vram"
+    t = accelerate_tiers(TIED, Budgets(vram_bytes=741488640, ram_bytes=494325760, pinned_bytes=0))
+    assert (t["model.embed_tokens"], t["lm_head"], t["model.layers.0"], t["model.layers.3"]) == \
+        ("vram", "vram", "ram_pageable", "disk_raw")
+    t = accelerate_tiers(FA16, Budgets(vram_bytes=571933900, ram_bytes=953223168, pinned_bytes=0))
+    assert [t[f"model.layers.{i}"] for i in (2, 3, 10, 11)] == ["vram", "ram_pageable", "ram_pageable", "disk_raw"]
+
+
 def test_fit_recovers_known_costs(toy_machine):
     """Runs 'measured' with step 0.5 s and 0.1 s per loaded module are explained by exactly those costs."""
     model = toy_model((4, 8, 2))
@@ -160,6 +184,39 @@ def test_planned_accelerate_map_never_slower_than_accelerates_own():
         ours = plan_for_engine("offloadsim", model, m, w, b)
         assert ours.time_per_token_s <= fast_simulate(model, m, mine.model_copy(update={"engine": "offloadsim"}), w, b)[
             "time_per_token_s"] * (1 + 1e-9)
+
+
+def test_planned_accelerate_map_keeps_a_tied_head_with_its_embedding():
+    """transformers shares one matrix between a tied head and the embedding, and Accelerate places them together:
+    a planned map never splits them, at budgets from nothing but the embedding on the GPU to all of the model, and
+    is never slower than Accelerate's own map."""
+    from hwmodels.presets import load_machine
+    m = load_machine("h200-testbox")
+    w = Workload(batch=1, prompt_tokens=64, new_tokens=3)
+    seen = set()
+    for frac in (0.15, 0.3, 0.45, 0.6, 0.8, 1.1):
+        for ram in (0.2, 10.0):
+            b = Budgets(vram_bytes=int(frac * TIED.total_bytes), ram_bytes=int(ram * TIED.total_bytes),
+                        pinned_bytes=0)
+            try:
+                mine = best_accelerate_map(TIED, m, w, b)
+            except PlanError:
+                continue
+            t = mine.tiers()
+            assert t["lm_head"].tier == t["model.embed_tokens"].tier
+            seen.add(t["lm_head"].tier)
+            own = POLICIES["accelerate"](TIED, m, w, b)
+            assert fast_simulate(TIED, m, mine, w, b)["time_per_token_s"] <= \
+                fast_simulate(TIED, m, own, w, b)["time_per_token_s"] * (1 + 1e-9)
+    assert "vram" in seen and len(seen) >= 2
+    # the one matrix is counted once wherever the pair is kept: all of the model fits a GPU of its stored bytes,
+    # and all of it in RAM takes those bytes of RAM
+    b = Budgets(vram_bytes=TIED.total_bytes + 2**30, ram_bytes=0, pinned_bytes=0)
+    assert {p.tier for p in best_accelerate_map(TIED, m, w, b).placements} == {"vram"}
+    roomy = Budgets(vram_bytes=2**34, ram_bytes=2**36, pinned_bytes=0)
+    on_ram = accelerate_map(TIED, m, w, roomy, {u.name: "ram_pageable" for u in TIED.units}, "x")
+    assert memory_use(TIED, on_ram, w, roomy).ram_weights_bytes == TIED.total_bytes
+    assert TIED.total_bytes == sum(u.nbytes for u in TIED.units) - TIED.units[-1].tied_nbytes
 
 
 def test_llamacpp_ngl_extremes():
