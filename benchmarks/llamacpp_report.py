@@ -747,7 +747,7 @@ def main() -> None:
     if a.json:
         tmp = Path(a.json).with_suffix(".tmp")
         tmp.write_text(json.dumps({"fitted": spec.model_dump(), "held_out": summary, "rows": rows,
-                                   "host_scales": scales}, indent=1))
+                                   "host_scales": scales, "rows_per_host": per_host}, indent=1))
         tmp.replace(a.json)  # atomic: an interrupted run leaves the previous summary whole
 
 
