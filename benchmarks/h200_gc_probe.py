@@ -6,8 +6,8 @@ the collections inside the runs took 1.05-1.33x what calibrate timed minutes bef
 times the collection (`gc.collect` alone, as `cleanup_once` does it) in fresh interpreters at stages that add, one
 at a time, what AirLLM's process has beyond calibrate's:
   A  calibrate's state: torch, transformers, accelerate, airllm imported, the model on meta
-  A+ the same, each collection after a turn of AirLLM's loop on one decoder (module_cleanup.measure's cycle: its
-     weights made real on the GPU, multiplied, moved back to meta), each timed as `cleanup_once` (the whole cleanup)
+  A+ the same, each collection after a turn of AirLLM's loop on one decoder (layer_cycle: its weights made real on
+     the GPU, multiplied, moved back to meta), each timed as `cleanup_once` (the whole cleanup)
   B  + CUDA initialised, one decoder's tensors allocated on the GPU and freed
   C  + AirLLM's own model of the checkpoint built (airllm.AutoModel.from_pretrained), not yet run
   D  + one generation of a few tokens by it (AirLLM's own collections during it timed too)
@@ -38,6 +38,26 @@ def collections(n: int) -> list[float]:
     return out
 
 
+def layer_cycle(model, device: str):
+    """One turn of AirLLM's loop on the model's first decoder: its weights made real on `device`, each matrix
+    multiplied by a vector, then the decoder moved back to `meta` (what its pre-hook, the forward and its post-hook
+    do, without the file read)."""
+    import torch
+    layer = model.model.layers[0]
+
+    def turn() -> None:
+        layer.to_empty(device=device)
+        with torch.no_grad():
+            for w in layer.parameters():
+                if w.dim() == 2:
+                    w.normal_()
+                    w @ torch.ones(w.shape[1], dtype=w.dtype, device=device)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        layer.to("meta")
+    return turn
+
+
 def census() -> dict:
     objs = gc.get_objects()
     return {"objects": len(objs), "references": sum(len(gc.get_referents(o)) for o in objs)}
@@ -60,13 +80,13 @@ def child(ckpt: Path, n: int, tokens: int) -> dict:
         out[name] = {"collect_s": collections(n), **census()}
         print(name, f"{statistics.median(out[name]['collect_s']):.4f}", out[name]["objects"], flush=True)
     stage("A meta model")
-    from validate.module_cleanup import cleanup_once, layer_cycle
+    from validate.module_cleanup import cleanup_once
     turn = layer_cycle(meta, "cuda" if torch.cuda.is_available() else "cpu")
     times = []
-    for _ in range(n):  # calibrate's measurement since the twenty-eighth session (module_cleanup.measure)
+    for _ in range(n):
         turn()
         times.append(cleanup_once())
-    out["A+ calibrate's turns"] = {"collect_s": times, **census()}
+    out["A+ after a decoder's turn"] = {"collect_s": times, **census()}
     print("A+", f"{statistics.median(times):.4f}", flush=True)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     h, f = config["hidden_size"], config["intermediate_size"]
@@ -104,8 +124,8 @@ def report(path: Path) -> None:
             continue
         a = statistics.median(res[names[0]]["collect_s"])
         med = {k: statistics.median(res[k]["collect_s"]) for k in names}
-        cells = [f"{k.split()[0]} {med[k]:.4f} s ({med[k] / a:.2f}x, {res[k]['objects']} obj, {res[k]['references']} refs)"
-                 for k in names]
+        cells = [f"{k.split()[0]} {med[k]:.4f} s ({med[k] / a:.2f}x, {res[k]['objects']} obj, "
+                 f"{res[k]['references']} refs)" for k in names]
         print(f"process {r}: " + "; ".join(cells) + f"; AirLLM's own in the run {res['in_run_collect_s']:.4f} s "
               f"({res['in_run_collect_s'] / a:.2f}x)")
 

@@ -35,34 +35,8 @@ def cleanup_once() -> float:
     return time.perf_counter() - t
 
 
-def layer_cycle(model, device: str):
-    """One turn of AirLLM's loop on the model's first decoder: its weights made real on `device`, each matrix
-    multiplied by a vector, then the decoder moved back to `meta` (what its pre-hook, the forward and its post-hook
-    do, without the file read). None where the model has no `model.layers`."""
-    import torch
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if not layers:
-        return None
-    layer = layers[0]
-
-    def turn() -> None:
-        layer.to_empty(device=device)
-        with torch.no_grad():
-            for w in layer.parameters():
-                if w.dim() == 2:
-                    w.normal_()
-                    w @ torch.ones(w.shape[1], dtype=w.dtype, device=device)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        layer.to("meta")
-    return turn
-
-
-def measure(config: dict, rounds: int = 5, cycle: bool = True) -> dict:
-    """In this process: the imports and the meta-device model of AirLLM's process, then `rounds` cleanups, each after
-    a turn of its loop on one decoder (`cycle`; on the GPU where there is one): a collection in AirLLM's run follows
-    such a turn, and one in a process that has only been built ran 1.04-1.43x faster (benchmarks/h200_gc_probe.py,
-    docs/peers.md, twenty-eighth session)."""
+def measure(config: dict, rounds: int = 5) -> dict:
+    """In this process: the imports and the meta-device model of AirLLM's process, then `rounds` cleanups."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     for name in ("accelerate", "airllm"):  # what AirLLM's process imports, where installed
@@ -71,14 +45,8 @@ def measure(config: dict, rounds: int = 5, cycle: bool = True) -> dict:
     cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if not k.startswith("_")})
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
-    turn = layer_cycle(model, "cuda" if torch.cuda.is_available() else "cpu") if cycle else None
-    times = []
-    for _ in range(rounds):
-        if turn is not None:
-            turn()
-        times.append(cleanup_once())
-    out = {"cleanup_s": statistics.median(times), "rounds_s": times, "gc_objects": len(gc.get_objects()),
-           "cycle": turn is not None}
+    times = [cleanup_once() for _ in range(rounds)]
+    out = {"cleanup_s": statistics.median(times), "rounds_s": times, "gc_objects": len(gc.get_objects())}
     del model
     return out
 
