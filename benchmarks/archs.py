@@ -67,9 +67,12 @@ ARCHS = {
     "llama-1b-tied": ("llama-3.1-8b", dict(num_hidden_layers=16, hidden_size=2048, intermediate_size=8192,
                                            num_attention_heads=32, num_key_value_heads=8, head_dim=64,
                                            tie_word_embeddings=True)),
-    # heads tied to the embedding as the real models' are (twenty-eighth session, held out): Qwen3-0.6B's own and a
-    # Llama-3.2-3B-like layer (hidden 3072, 24 heads over 8 of 128, a 128256-token vocabulary)
+    # heads tied to the embedding as the real models' are (twenty-eighth session, held out): Qwen3-0.6B's and
+    # Qwen3-1.7B's own, and a Llama-3.2-3B-like layer (hidden 3072, 24 heads over 8 of 128, a 128256-token vocabulary)
     "qwen3-0.6b-tied": ("qwen3-14b", dict(num_hidden_layers=28, hidden_size=1024, intermediate_size=3072,
+                                          num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                                          tie_word_embeddings=True)),
+    "qwen3-1.7b-tied": ("qwen3-14b", dict(num_hidden_layers=28, hidden_size=2048, intermediate_size=6144,
                                           num_attention_heads=16, num_key_value_heads=8, head_dim=128,
                                           tie_word_embeddings=True)),
     "llama-3b-tied": ("llama-3.1-8b", dict(num_hidden_layers=28, hidden_size=3072, intermediate_size=8192,

@@ -83,7 +83,9 @@ def accelerate_run(ckpt: Path, work: Path, vocab: int, device_map, max_memory, b
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16, device_map=device_map,
                                                  max_memory=max_memory, offload_folder=str(off))
     load_s = time.perf_counter() - t
-    ids = prompt(vocab, batch, prompt_tokens, dev)
+    # the prompt where the model computes: a map without a GPU entry runs on the CPU (transformers would move it)
+    on = {str(v) for v in getattr(model, "hf_device_map", {}).values()}
+    ids = prompt(vocab, batch, prompt_tokens, dev if not on or on - {"cpu", "disk"} else "cpu")
     with torch.no_grad():
         # warm-up with the same shapes: cuDNN's attention builds an execution plan per new KV length (40-60 ms
         # each, once per process; docs/peers.md), which a long-running engine has paid already
