@@ -191,6 +191,7 @@ def test_planned_accelerate_map_keeps_a_tied_head_with_its_embedding():
     a planned map never splits them, at budgets from nothing but the embedding on the GPU to all of the model, and
     is never slower than Accelerate's own map."""
     from hwmodels.presets import load_machine
+    from planner.export import to_accelerate
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=64, new_tokens=3)
     seen = set()
@@ -205,6 +206,8 @@ def test_planned_accelerate_map_keeps_a_tied_head_with_its_embedding():
             t = mine.tiers()
             assert t["lm_head"].tier == t["model.embed_tokens"].tier
             seen.add(t["lm_head"].tier)
+            dm = to_accelerate(TIED, mine, w, b.vram_bytes, b.ram_bytes)["device_map"]  # what --export writes
+            assert dm["lm_head"] == dm["model.embed_tokens"] == dm["model.norm"]
             own = POLICIES["accelerate"](TIED, m, w, b)
             assert fast_simulate(TIED, m, mine, w, b)["time_per_token_s"] <= \
                 fast_simulate(TIED, m, own, w, b)["time_per_token_s"] * (1 + 1e-9)
