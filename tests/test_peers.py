@@ -219,6 +219,8 @@ def test_planned_accelerate_map_keeps_a_tied_head_with_its_embedding():
     roomy = Budgets(vram_bytes=2**34, ram_bytes=2**36, pinned_bytes=0)
     on_ram = accelerate_map(TIED, m, w, roomy, {u.name: "ram_pageable" for u in TIED.units}, "x")
     assert memory_use(TIED, on_ram, w, roomy).ram_weights_bytes == TIED.total_bytes
+    from offloadsim.commands_plan import _placement_summary  # what `plan` prints: the matrix once there too
+    assert [(g["tier"], g["nbytes"]) for g in _placement_summary(TIED, on_ram)] == [("ram_pageable", TIED.total_bytes)]
     assert TIED.total_bytes == sum(u.nbytes for u in TIED.units) - TIED.units[-1].tied_nbytes
 
 
