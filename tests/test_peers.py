@@ -1736,3 +1736,20 @@ def test_airllm_does_not_pin_a_module_over_its_limit():
     assert sch.fault_s[dec] == pytest.approx(3.1877, abs=1e-4)
     assert sch.overhead_s[dec] == pytest.approx(cleanup + sch.fault_s[dec])
     assert sch.fault_s[len(shape.units) + dec] == 0.0  # the second step finds it in the page cache
+
+
+def test_tiers_from_device_map_reads_heads_and_refuses_what_it_cannot_model():
+    """transformers' map of call R (GPU 60%): the tied head on the GPU with the embedding while the final norm, which
+    the head unit also holds, went to the CPU; the head unit is read from `lm_head`. A map naming a second GPU or
+    missing a module is refused in one sentence."""
+    from hwmodels.units import InputError
+    from planner.export import tiers_from_device_map
+    dm = {"model.embed_tokens": "0", "lm_head": "0", **{f"model.layers.{i}": "0" for i in range(6)},
+          **{f"model.layers.{i}": "cpu" for i in range(6, 16)}, "model.norm": "cpu", "model.rotary_emb": "cpu"}
+    t = tiers_from_device_map(TIED, dm)
+    assert (t["lm_head"], t["model.layers.5"], t["model.layers.6"]) == ("vram", "vram", "ram_pageable")
+    assert set(tiers_from_device_map(TIED, {}, on_gpu=False).values()) == {"ram_pageable"}
+    with pytest.raises(InputError, match="'1' of 'lm_head' is not 0, 'cpu' or 'disk'"):
+        tiers_from_device_map(TIED, {**dm, "lm_head": "1"})
+    with pytest.raises(InputError, match="no key covers module 'model.layers.3'"):
+        tiers_from_device_map(TIED, {k: v for k, v in dm.items() if k != "model.layers.3"})
