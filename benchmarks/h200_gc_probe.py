@@ -8,7 +8,8 @@ at a time, what AirLLM's process has beyond calibrate's:
   A  calibrate's state: torch, transformers, accelerate, airllm imported, the model on meta
   A+ the same, each collection after a turn of AirLLM's loop on one decoder (layer_cycle: its weights made real on
      the GPU, multiplied, moved back to meta), each timed as `cleanup_once` (the whole cleanup)
-  B  + CUDA initialised, one decoder's tensors allocated on the GPU and freed
+  B  + one decoder's tensors allocated on the GPU and freed (CUDA initialised; where A+ ran, since A+: the records
+     gc-probe-u2/-v2 have A+, gc-probe-u/-v do not)
   C  + AirLLM's own model of the checkpoint built (airllm.AutoModel.from_pretrained), not yet run
   D  + one generation of a few tokens by it (AirLLM's own collections during it timed too)
 Each stage records the tracked objects and the references they hold (what a collection traverses). Processes run
@@ -81,14 +82,14 @@ def child(ckpt: Path, n: int, tokens: int) -> dict:
         print(name, f"{statistics.median(out[name]['collect_s']):.4f}", out[name]["objects"], flush=True)
     stage("A meta model")
     from validate.module_cleanup import cleanup_once
-    turn = layer_cycle(meta, "cuda" if torch.cuda.is_available() else "cpu")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    turn = layer_cycle(meta, dev)
     times = []
     for _ in range(n):
         turn()
         times.append(cleanup_once())
     out["A+ after a decoder's turn"] = {"collect_s": times, **census()}
     print("A+", f"{statistics.median(times):.4f}", flush=True)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
     h, f = config["hidden_size"], config["intermediate_size"]
     layer = [torch.empty(s, dtype=torch.bfloat16, device=dev) for s in ((h, h), (h, h), (f, h), (f, h), (h, f))]
     del layer

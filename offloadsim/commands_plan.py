@@ -12,6 +12,7 @@ from offloadsim.output import emit, fail
 from offloadsim.outputs import atomic, check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.attribution import stall_attribution
+from sim.memory import shared_bytes
 
 
 
@@ -93,12 +94,14 @@ def _engine_lines(rows: dict[str, dict], chosen: str) -> list[str]:
 def _placement_summary(model, plan) -> list[dict]:
     """Units and bytes per (tier, compute device), in the order tiers first appear."""
     groups: dict[tuple[str, str], dict] = {}
-    where = {u.kind: (p.tier, p.compute) for u, p in zip(model.units, plan.placements)}
     for u, p in zip(model.units, plan.placements):
         g = groups.setdefault((p.tier, p.compute), {"tier": p.tier, "compute": p.compute, "units": 0, "nbytes": 0})
         g["units"] += 1
-        # a tied head kept beside its embedding is that one matrix
-        g["nbytes"] += u.nbytes - (u.tied_nbytes if where.get("embedding") == (p.tier, p.compute) else 0)
+        g["nbytes"] += u.nbytes
+    for u, p in zip(model.units, plan.placements):  # a tied head kept beside its embedding is that one matrix
+        if u.tied_nbytes:
+            groups[(p.tier, p.compute)]["nbytes"] -= shared_bytes(model, plan, p.tier)
+            break
     return list(groups.values())
 
 
