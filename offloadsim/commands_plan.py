@@ -15,7 +15,6 @@ from sim.attribution import stall_attribution
 from sim.memory import shared_bytes
 
 
-
 def _placement_rows(model, plan, attrib: dict[str, float]) -> list[dict]:
     rows = []
     for u, p in zip(model.units, plan.placements):
