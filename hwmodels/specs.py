@@ -214,12 +214,21 @@ class PeerSpec(Spec):
     flash_attention: bool = Field(default=True, description="The engine's GPU has fused attention kernels "
                                   "(llama.cpp: ggml-cuda's flash attention, compiled in by default; a build without "
                                   "them, GGML_CUDA_FA=OFF, turns flash attention off once a layer is on the GPU).")
+    flash_attn: Literal["auto", "on", "off"] = Field(default="auto", description="llama.cpp's -fa: 'auto' (its "
+                                                     "default) fuses every attention unless one would have to run "
+                                                     "on another device than its layer (sim.schedule."
+                                                     "ggml_flash_attention); 'on' and 'off' force it.")
     gpu_mm_attention_s: NonNegativeFloat = Field(default=0.0, description="Without flash_attention: per GPU-computed "
                                                  "attention on a decode step of one token, beyond the fused kernel "
                                                  "(the scores and their product with V as matrix multiplies, the "
                                                  "softmax and the copies between: one sequence took 1.26 ms a token "
                                                  "on a 16-layer Llama-1B all on the GPU with the kernels, 1.52-1.59 "
                                                  "without, calls E-J against Z).")
+    cpu_mm_attention_s: NonNegativeFloat = Field(default=0.0, description="Per CPU-computed attention on a decode "
+                                                 "step of one token when llama.cpp's flash attention is off "
+                                                 "(sim.schedule.ggml_flash_attention: -fa off, or a build without "
+                                                 "ggml-cuda's kernels with an attention on the GPU), beyond the "
+                                                 "operators it adds (sim.shapes.FLASH_ATTN_SAVED_OPS at cpu_op_s).")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch); with "
                                              "gpu_op_s, for the larger steps only (prefill).")
@@ -232,6 +241,17 @@ class PeerSpec(Spec):
     mmap_reads: bool = Field(default=False, description="Weights on disk are memory-mapped and used in place: a "
                              "page-cache hit costs nothing beyond the copy or compute that touches it.")
     source: str = Field(default="idealised: no measured costs", description="Where the values come from.")
+
+    def host_scaled(self, scale: float) -> "PeerSpec":
+        """These costs on a host whose CPU runs the engine's kernels `scale` times as fast: every CPU speed
+        (CPU_RATES) times it, the CPU's per-operator and per-attention costs over it; the GPU's as they were."""
+        update = {p: getattr(self, p) * scale for p in CPU_RATES if getattr(self, p) is not None}
+        return self.model_copy(update={**update, "cpu_op_s": self.cpu_op_s / scale,
+                                       "cpu_mm_attention_s": self.cpu_mm_attention_s / scale})
+
+
+# the speeds of a peer's own CPU kernels, measured on it (PeerSpec.host_scaled moves them together)
+CPU_RATES = ("cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_flops_per_s")
 
 
 def default_peers() -> dict[str, "PeerSpec"]:

@@ -81,14 +81,10 @@ def cpu_range(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workload, 
     return {"spread": s, "coverage": COVERAGE, "time_per_token_s": (out[0], out[1])}
 
 
-RATES = ("cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_flops_per_s")
-
-
 def _peers_scaled(machine: MachineSpec, engine: str, f: float) -> dict:
     """The machine's peers with `engine`'s own CPU kernels (llama.cpp's measured streaming, priced instead of the
-    grids) at the same host speed x 1/f: its rates / f, its per-operator cost x f."""
+    grids) at the same host speed x 1/f (PeerSpec.host_scaled: its rates / f, its CPU costs x f)."""
     peer = machine.peers.get(engine)
     if peer is None or peer.cpu_bytes_per_s is None:
         return machine.peers
-    upd = {r: getattr(peer, r) / f for r in RATES if getattr(peer, r) is not None}
-    return {**machine.peers, engine: peer.model_copy(update=dict(upd, cpu_op_s=peer.cpu_op_s * f))}
+    return {**machine.peers, engine: peer.host_scaled(1 / f)}

@@ -136,9 +136,14 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     warmup_op_s = peer.gpu_graph_warmup_op_s if peer is not None and dispatch == "graph" else 0.0
     warmup = set(graph_warmup_steps(w)) if warmup_op_s > 0 else set()
     warmup_s = [warmup_op_s * ggml_ops(u.kind, model.family) if t[u.name].compute == "gpu" else 0.0 for u in units]
-    # a build without fused attention kernels: a GPU attention of a one-token step as separate kernels
-    mm_attention = [peer.gpu_mm_attention_s if peer is not None and not peer.flash_attention
-                    and u.kind in ATTENTION_KINDS else 0.0 for u in units]
+    # an attention of a one-token step computed unfused: on the GPU, a build without fused kernels; on the CPU,
+    # llama.cpp's flash attention turned off (ggml_flash_attention)
+    fused = ggml_flash_attention(model, plan, peer.flash_attention, peer.flash_attn) \
+        if peer is not None and plan.engine == "llamacpp" else {"cpu": True, "gpu": True}  # no extra
+    cpu_fused = peer is not None and plan.engine == "llamacpp" and fused["cpu"]
+    mm_attention = {cpu: [getattr(peer, f"{dev}_mm_attention_s") if peer is not None and not fused[dev]
+                          and u.kind in ATTENTION_KINDS else 0.0 for u in units]
+                    for cpu, dev in ((False, "gpu"), (True, "cpu"))}
 
     moe_ops = ggml_moe_ops(model.experts_per_token) if model.is_moe and peer is not None else 0
     expert_s = peer.gpu_moe_expert_s if peer is not None else 0.0
@@ -163,7 +168,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
                 + units[ui].ggml_attention_flops(batch, new, ctx) / attn_flops + block
         moved = offload_kv_move_s(units[ui], machine, w, s) if kv_moved[ui] and not cpu else 0.0
         return _compute_time(ui, cpu, batch, new, ctx) + (warmup_s[ui] if s in warmup else 0.0) \
-            + (mm_attention[ui] if not cpu and batch * new == 1 else 0.0) + block + moved
+            + (mm_attention[cpu][ui] if batch * new == 1 else 0.0) + block + moved
 
     def _compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
@@ -171,10 +176,10 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
             new, ctx = 1, ctx + new - 1
         speed = stream["lm_head" if units[ui].kind == "lm_head" else "decoder"] if cpu else None
         key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu], speed, op_s[cpu],
-               cpu_flops if cpu else (row_s, multi))
+               (cpu_flops, cpu_fused) if cpu else (row_s, multi))
         if key not in cache:
             cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], scale[cpu],
-                                       speed, op_s[cpu], cpu_flops) \
+                                       speed, op_s[cpu], cpu_flops, cpu_fused) \
                 if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch, scale[cpu],
                                           op_s[cpu], row_s, multi)
         return cache[key]
@@ -234,6 +239,20 @@ def link_at_s(unit, machine: MachineSpec, w: Workload, s: int) -> float:
     if s == 0 or not unit.kv_bytes_per_token:
         return -1.0
     return kv_host_copy_s(unit.kv_bytes_per_token * w.batch * (w.prompt_tokens + s - 1) / 2, machine)
+
+
+def ggml_flash_attention(model: ModelShape, plan: Plan, gpu_kernels: bool, mode: str = "auto") -> dict[str, bool]:
+    """Whether llama.cpp computes its attentions fused (flash_attn_ext, sim.shapes.ggml_ops), per device. `mode` is
+    its -fa (PeerSpec.flash_attn); 'auto', the default, turns it on for every layer unless some layer's fused
+    attention would run on another device than the layer's own (llama-context.cpp, resolve_fused_ops). A build
+    without ggml-cuda's kernels (`gpu_kernels`, PeerSpec.flash_attention, false) so turns it off for all layers once
+    one attention is on the GPU, and keeps it on when none is (-ngl 0). The GPU fuses only with its kernels."""
+    gpu = gpu_kernels and mode != "off"
+    if mode != "auto":
+        return {"cpu": mode == "on", "gpu": gpu}
+    t = plan.tiers()
+    on_gpu = any(u.kind in ATTENTION_KINDS and t[u.name].compute == "gpu" for u in model.units)
+    return {"cpu": gpu_kernels or not on_gpu, "gpu": gpu}
 
 
 def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, peer,

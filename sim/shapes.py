@@ -44,6 +44,9 @@ GGML_OPS = {"embedding": 1, "decoder": 22, "attention": 15, "mlp": 7, "expert": 
 GGML_MOE_OPS = 5
 GGML_MOE_WEIGHTS = 3
 QK_NORM_GGML_OPS = 4
+# With flash attention on (llama-graph.cpp, build_attn_mha), the scores' mul_mat, the soft_max, the product with V and
+# the cont that recombines the heads are one flash_attn_ext (its reshape a view): three operators fewer an attention
+FLASH_ATTN_SAVED_OPS = 3
 # Weight tensors per unit in a GGUF (llama.cpp's names): a decoder's attn_norm, q, k, v, output, ffn_norm, gate, up,
 # down (9), Qwen3's attn_q_norm and attn_k_norm (2 more); the head output_norm and output. On a step of >= 32 tokens
 # ggml's scheduler runs every operator with a CPU-held weight on the GPU, each in a split of its own (a new split
@@ -68,10 +71,12 @@ def param_modules(kind: str, family: str) -> int:
     return PARAM_MODULES[kind] + extra
 
 
-def ggml_ops(kind: str, family: str) -> int:
-    """Computing operators of a unit of this kind in llama.cpp's graph (GGML_OPS)."""
-    extra = QK_NORM_GGML_OPS if family in QK_NORM_FAMILIES and kind in ATTENTION_KINDS else 0
-    return GGML_OPS[kind] + extra
+def ggml_ops(kind: str, family: str, flash_attention: bool = False) -> int:
+    """Computing operators of a unit of this kind in llama.cpp's graph (GGML_OPS), its attention as separate
+    operators or, with `flash_attention`, fused (FLASH_ATTN_SAVED_OPS fewer)."""
+    attention = kind in ATTENTION_KINDS
+    extra = QK_NORM_GGML_OPS if family in QK_NORM_FAMILIES and attention else 0
+    return GGML_OPS[kind] + extra - (FLASH_ATTN_SAVED_OPS if flash_attention and attention else 0)
 
 
 def ggml_moe_ops(experts_per_token: int) -> int:

@@ -12,7 +12,7 @@ from sim.plan import Budgets, Workload
 from sim.policies import POLICIES, accelerate_map, accelerate_tiers, llamacpp_ngl
 from sim.schedule import MMAP_HIT_BYTES_PER_S, build_schedule
 from sim.simulate import fast_simulate, simulate
-from sim.shapes import ModelShape, UnitShape
+from sim.shapes import ModelShape, UnitShape, ggml_ops
 from tests.toys import BIG, FMT, toy_model
 from validate.peer_calibration import PeerRun, fit, with_peer
 
@@ -407,9 +407,11 @@ def _llamacpp_of(model, toy_machine, tiers, spec):
 
 def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
     """llama.cpp's decode: a CPU unit streams its bytes at cpu_bytes_per_s (2 B/s) plus cpu_op_s (0.01 s) per
-    operator of its graph (a decoder: 22), a GPU unit its bytes at the GPU's 10 B/s plus gpu_op_s (0.02 s) per
-    operator, and a GPU run pays step_s (0.3 s) per token (llama-bench's runs: their graphs warm). Units of 4, 8, 2
-    bytes (66 operators) and one of 16 bytes (22): all-CPU tokens of 14 / 2 + 0.66 = 7.66 s and 8 + 0.22 = 8.22 s,
+    operator of its graph (a decoder: 19 with its attention fused, as a build with ggml-cuda's kernels runs every
+    one), a GPU unit its bytes at the GPU's 10 B/s plus gpu_op_s (0.02 s) per operator (22: the fused kernel's
+    savings are in gpu_op_s), and a GPU run pays step_s (0.3 s) per token (llama-bench's runs: their graphs warm).
+    Units of 4, 8, 2 bytes (57 CPU operators, 66 GPU) and one of 16 bytes (19, 22): all-CPU tokens of
+    14 / 2 + 0.57 = 7.57 s and 8 + 0.19 = 8.19 s,
     all-GPU tokens of 1.4 + 1.32 + 0.3 = 3.02 s and 1.6 + 0.44 + 0.3 = 2.34 s; a 16-token prefill (past
     MMV_MAX_TOKENS) takes the flat 0.5 s grid x 0.7 per unit + 0.3 = 1.35 s. The fit on those five runs gives the
     five values back."""
@@ -429,7 +431,7 @@ def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
             got_times.append(s["time_per_token_s"] if gen else s["ttft_s"])
             runs.append((model, machine, PeerRun("x", plan, w, BIG, s["time_per_token_s"] if gen else float("nan"),
                                                  float("nan") if gen else s["ttft_s"], graphs_warm=True)))
-    assert got_times == [pytest.approx(t) for t in (7.66, 3.02, 1.35, 8.22, 2.34)]
+    assert got_times == [pytest.approx(t) for t in (7.57, 3.02, 1.35, 8.19, 2.34)]
     got = fit("llamacpp", runs, "test")
     for field in ("step_s", "cpu_bytes_per_s", "cpu_op_s", "gpu_op_s", "gpu_compute_scale"):
         assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-3), field
@@ -437,9 +439,9 @@ def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
 
 def test_llamacpp_cpu_share_in_the_last_level_cache_streams_faster(toy_machine):
     """A CPU share whose weights fit cpu_cache_share (0.6) of a 25-byte last-level cache (15 bytes) streams at
-    cpu_cache_bytes_per_s (7 B/s): units of 4, 8, 2 bytes (14 bytes, 66 operators) all on the CPU take 14 / 7 +
-    0.66 = 2.66 s a token; one of 16 bytes does not fit and takes 16 / 2 + 0.22 = 8.22 s. Without a known cache
-    size the memory speed holds (7.66 s). The fit gives the cache speed back (within 2%: it stops short on the GPU
+    cpu_cache_bytes_per_s (7 B/s): units of 4, 8, 2 bytes (14 bytes, 57 operators: decoders of 19, their attention
+    fused) all on the CPU take 14 / 7 + 0.57 = 2.57 s a token; one of 16 bytes does not fit and takes 16 / 2 + 0.19
+    = 8.19 s. Without a known cache size the memory speed holds (7.57 s). The fit gives the cache speed back (within 2%: it stops short on the GPU
     runs' two costs), and leaves it out when no run's CPU share fits."""
     from sim.schedule import cpu_stream_bytes_per_s
     from validate.peer_calibration import identifiable
@@ -455,7 +457,7 @@ def test_llamacpp_cpu_share_in_the_last_level_cache_streams_faster(toy_machine):
         s = fast_simulate(model, m, plan, W, BIG)
         got_times.append(s["time_per_token_s"])
         runs.append((model, machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], float("nan"))))
-    assert got_times[:3] == [pytest.approx(t) for t in (2.66, 8.22, 7.66)]
+    assert got_times[:3] == [pytest.approx(t) for t in (2.57, 8.19, 7.57)]
     model, machine, run = runs[0]
     assert cpu_stream_bytes_per_s(model, run.plan, machine, truth) == 7.0
     assert cpu_stream_bytes_per_s(model, run.plan, machine, truth.model_copy(update={"cpu_bytes_per_s": None})) is None
@@ -526,8 +528,8 @@ def test_llamacpp_gpu_decode_pays_per_weight_row_and_fit_recovers_it(toy_machine
 
 def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
     """llama.cpp's head on the CPU right after CPU layers streams at cpu_head_bytes_per_s (3 B/s), after GPU layers
-    at cpu_bytes_per_s (2 B/s). All on the CPU (layers of 4 and 8 bytes, a 6-byte head; 22 + 22 + 3 operators at
-    0.01 s): 4 / 2 + 8 / 2 + 6 / 3 + 0.47 = 8.47 s a token. The layers on the GPU (12 / 10 + 44 x 0.02 + step 0.3 =
+    at cpu_bytes_per_s (2 B/s). All on the CPU (layers of 4 and 8 bytes, a 6-byte head; 19 + 19 + 3 operators at
+    0.01 s, the attentions fused): 4 / 2 + 8 / 2 + 6 / 3 + 0.41 = 8.41 s a token. The layers on the GPU (12 / 10 + 44 x 0.02 + step 0.3 =
     2.38 s) and the head on the CPU at 2 B/s (3 + 0.03 s): 5.41 s. The fit keeps the head's speed only when a run
     measures it, and otherwise leaves it absent even where the profile had one."""
     from sim.schedule import cpu_stream_bytes_per_s
@@ -539,7 +541,7 @@ def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
         m, plan = _llamacpp_of(model, toy_machine, tiers, truth)
         times.append(fast_simulate(model, m, plan, W, BIG)["time_per_token_s"])
         plans.append(plan)
-    assert times == [pytest.approx(8.47), pytest.approx(5.41)]
+    assert times == [pytest.approx(8.41), pytest.approx(5.41)]
     assert [cpu_stream_bytes_per_s(model, p, toy_machine, truth, "lm_head") for p in plans] == [3.0, 2.0]
     assert cpu_stream_bytes_per_s(model, plans[0], toy_machine, truth, "decoder") == 2.0
     params = ("cpu_bytes_per_s", "cpu_head_bytes_per_s")
@@ -767,7 +769,6 @@ def test_llamacpp_gpu_units_pay_the_graph_warmup_on_those_steps_only():
     pays 2 steps x the GPU's operators over its decode steps, per token."""
     import numpy as np
     from hwmodels.presets import load_machine
-    from sim.shapes import ggml_ops
     from validate.peer_calibration import features, predict
     m = load_machine("h200-testbox")
     spec = m.peers["llamacpp"]
@@ -795,6 +796,65 @@ def test_llamacpp_gpu_units_pay_the_graph_warmup_on_those_steps_only():
     assert features(LLAMA6, warm, ("gpu_graph_warmup_op_s",)).tolist() == [0.0]
 
 
+def test_llamacpp_flash_attention_auto_is_off_everywhere_once_an_attention_cannot_fuse_where_it_runs():
+    """llama.cpp's -fa auto (resolve_fused_ops): with ggml-cuda's kernels every attention fuses; without them one
+    GPU attention turns it off on the CPU too; -ngl 0 and -ngl 1 (the head alone on the GPU: no attention there)
+    keep it on; -fa off and on force the CPU's, and the GPU fuses only with its kernels."""
+    from hwmodels.presets import load_machine
+    from sim.schedule import ggml_flash_attention
+    m = load_machine("h200-testbox")
+    w = Workload(batch=1, prompt_tokens=4, new_tokens=3)
+
+    def fa(ngl: int, kernels: bool, mode: str = "auto") -> dict:
+        return ggml_flash_attention(LLAMA6, llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), ngl), kernels, mode)
+    assert fa(3, True) == {"cpu": True, "gpu": True}
+    assert fa(3, False) == {"cpu": False, "gpu": False}
+    assert fa(0, False) == {"cpu": True, "gpu": False} and fa(1, False)["cpu"] and not fa(2, False)["cpu"]
+    assert fa(0, True, "off") == {"cpu": False, "gpu": False} and fa(3, False, "on") == {"cpu": True, "gpu": False}
+
+
+def test_llamacpp_cpu_attention_unfused_pays_three_operators_and_its_own_cost_on_one_token_steps():
+    """-ngl 3 keeps 4 of LLAMA6's 6 decoders on the CPU. Without ggml-cuda's kernels (flash attention then off) each
+    pays 3 operators more (the scores' mul_mat, soft_max, the product with V and a cont against one flash_attn_ext:
+    22 against 19, sim.shapes.FLASH_ATTN_SAVED_OPS) on every step, and cpu_mm_attention_s on a step of one token:
+    1 ms x 4 + 3 x 10 us x 4 = 4.12 ms; nothing on the embedding, the head or a GPU decoder; nothing at -ngl 0 (no
+    GPU attention keeps it on). The fit counts the same; a host twice as fast halves the cost."""
+    import numpy as np
+    from hwmodels.presets import load_machine
+    from validate.peer_calibration import features, host_scaled
+    m = load_machine("h200-testbox")
+    spec = m.peers["llamacpp"].model_copy(update={"cpu_op_s": 1e-5, "cpu_mm_attention_s": 1e-3,
+                                                  "gpu_mm_attention_s": 0.0})
+    assert ggml_ops("decoder", "llama") == 22 and ggml_ops("decoder", "llama", flash_attention=True) == 19
+    assert ggml_ops("lm_head", "llama", flash_attention=True) == 3
+
+    def compute(ngl: int, w: Workload, **update):
+        plan = llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), ngl)
+        mm = with_peer(m, "llamacpp", spec.model_copy(update=update))
+        return np.asarray(build_schedule(LLAMA6, mm, plan, w, Budgets.of(mm)).compute_s), plan
+
+    one = Workload(batch=1, prompt_tokens=4, new_tokens=3)
+    (fused, plan), (split, _) = compute(3, one), compute(3, one, flash_attention=False)
+    extra = (split - fused).reshape(one.new_tokens, len(LLAMA6.units))
+    t = plan.tiers()
+    cpu_decoder = [u.kind == "decoder" and t[u.name].compute == "cpu" for u in LLAMA6.units]
+    assert sum(cpu_decoder) == 4
+    assert extra[0].tolist() == pytest.approx([3e-5 if c else 0.0 for c in cpu_decoder])  # the prompt's step
+    for s in range(1, one.new_tokens):
+        assert extra[s].tolist() == pytest.approx([1e-3 + 3e-5 if c else 0.0 for c in cpu_decoder])
+    assert extra[1:].sum() / 2 == pytest.approx(4.12e-3)
+    assert compute(0, one, flash_attention=False)[0] == pytest.approx(compute(0, one)[0])
+    four = Workload(batch=4, prompt_tokens=4, new_tokens=3)
+    four_extra = compute(3, four, flash_attention=False)[0] - compute(3, four)[0]
+    assert four_extra.sum() == pytest.approx(3 * 4 * 3e-5)  # operators on every step, no per-attention cost
+    runs = {fa: PeerRun("r", plan, one, Budgets.of(m), 1.0, float("nan"), peer_update={"flash_attention": fa})
+            for fa in (True, False)}
+    cpu_ops = sum(ggml_ops(u.kind, "llama") for u in LLAMA6.units if t[u.name].compute == "cpu")
+    assert features(LLAMA6, runs[False], ("cpu_op_s", "cpu_mm_attention_s")).tolist() == [cpu_ops, 4.0]
+    assert features(LLAMA6, runs[True], ("cpu_op_s", "cpu_mm_attention_s")).tolist() == [cpu_ops - 12, 0.0]
+    assert host_scaled(spec, 2.0).cpu_mm_attention_s == pytest.approx(5e-4)
+
+
 def test_llamacpp_without_flash_attention_pays_its_attention_kernels_on_one_token_steps():
     """A build without fused attention (flash_attention False) pays gpu_mm_attention_s per GPU-computed decoder on
     a step of one token: -ngl 3 puts the head and the last 2 of LLAMA6's 6 decoders on the GPU (llama.cpp counts
@@ -805,7 +865,9 @@ def test_llamacpp_without_flash_attention_pays_its_attention_kernels_on_one_toke
     from hwmodels.presets import load_machine
     from validate.peer_calibration import features, predict
     m = load_machine("h200-testbox")
-    spec = m.peers["llamacpp"].model_copy(update={"gpu_mm_attention_s": 1e-3})
+    # the CPU's own unfused attention (test below) left out here: its operators and its cost
+    spec = m.peers["llamacpp"].model_copy(update={"gpu_mm_attention_s": 1e-3, "cpu_op_s": 0.0,
+                                                  "cpu_mm_attention_s": 0.0})
     assert spec.flash_attention  # llama.cpp's default build
 
     def compute(w: Workload, **update) -> np.ndarray:
@@ -1590,10 +1652,10 @@ def test_module_cleanup_reports_a_failed_interpreter(tmp_path):
 
 
 def test_llamacpp_cpu_range_scales_its_own_cpu_speed(toy_machine):
-    """The test above's llama-cpp decoder l0 on the CPU (4 B at 2 B/s plus 22 ops x 0.01 s: 2.22 s), l1 and l2 on the
-    GPU grids (0.8 + 0.2 s): 3.22 s. With CPU grids timed in rounds that spread 20%, the host factor 1 -+ 0.2 k
-    (k = 1.1222, sim.interval) applies to llama.cpp's own CPU kernels, not only to the grids (which its CPU units do not
-    read): 2.22 x (1 -+ 0.2244) + 1.0."""
+    """The test above's llama-cpp decoder l0 on the CPU (4 B at 2 B/s plus 19 ops x 0.01 s, its attention fused:
+    2.19 s), l1 and l2 on the GPU grids (0.8 + 0.2 s): 3.19 s. With CPU grids timed in rounds that spread 20%, the
+    host factor 1 -+ 0.2 k (k = 1.1222, sim.interval) applies to llama.cpp's own CPU kernels, not only to the grids
+    (which its CPU units do not read): 2.19 x (1 -+ 0.2244) + 1.0."""
     import math
 
     from sim.interval import cpu_range
@@ -1603,10 +1665,10 @@ def test_llamacpp_cpu_range_scales_its_own_cpu_speed(toy_machine):
     machine = toy_machine.model_copy(update={"compute_grids": grids})
     m, plan = _llamacpp_of(model, machine, ["ram_pageable", "vram", "vram"],
                            PeerSpec(cpu_bytes_per_s=2.0, cpu_op_s=0.01))
-    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(3.22)
+    assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(3.19)
     k = 1.6448536 * math.sqrt(4 / 3) * math.sqrt(math.pi) / 3
     lo, hi = cpu_range(model, m, plan, W, BIG)["time_per_token_s"]
-    assert (lo, hi) == (pytest.approx(2.22 * (1 - 0.2 * k) + 1.0, rel=1e-6), pytest.approx(2.22 * (1 + 0.2 * k) + 1.0,
+    assert (lo, hi) == (pytest.approx(2.19 * (1 - 0.2 * k) + 1.0, rel=1e-6), pytest.approx(2.19 * (1 + 0.2 * k) + 1.0,
                                                                                             rel=1e-6))
 
 

@@ -16,14 +16,15 @@ from scipy.optimize import least_squares, nnls
 from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.compute import matrix_rows
-from sim.schedule import airllm_modules, cpu_stream_bytes_per_s, graph_warmup_steps
+from sim.schedule import airllm_modules, cpu_stream_bytes_per_s, ggml_flash_attention, graph_warmup_steps
 from sim.shapes import (ATTENTION_KINDS, GGML_MOE_WEIGHTS, ModelShape, ggml_moe_ops, ggml_ops, ggml_weights,
                         param_modules)
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
                        "gpu_op_s", "gpu_row_s", "gpu_compute_scale", "gpu_multi_row_s", "gpu_row_token_s",
-                       "cpu_flops_per_s", "gpu_offload_split_s", "gpu_graph_warmup_op_s", "gpu_mm_attention_s")}
+                       "cpu_flops_per_s", "gpu_offload_split_s", "gpu_graph_warmup_op_s", "gpu_mm_attention_s",
+                       "cpu_mm_attention_s")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s",
          "cpu_head_bytes_per_s": "memory_bytes_per_s", "cpu_flops_per_s": "flops_per_s"}  # started there
@@ -65,8 +66,11 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
     expert_blocks = {dev: {u.block for u in model.units if u.kind == "expert" and t[u.name].compute == dev}
                      for dev in ("cpu", "gpu")}
     moe_ops = ggml_moe_ops(model.experts_per_token) if model.is_moe else 0
-    ops = {dev: float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == dev)
-                      + moe_ops * len(expert_blocks[dev])) for dev in ("cpu", "gpu")}
+    peer = {p: run.peer_update.get(p, PeerSpec.model_fields[p].default) for p in ("flash_attention", "flash_attn")}
+    fused = ggml_flash_attention(model, run.plan, peer["flash_attention"], peer["flash_attn"]) \
+        if run.plan.engine == "llamacpp" else {"cpu": True, "gpu": True}
+    ops = {dev: float(sum(ggml_ops(u.kind, model.family, fused[dev] and dev == "cpu") for u in model.units
+                          if t[u.name].compute == dev) + moe_ops * len(expert_blocks[dev])) for dev in ("cpu", "gpu")}
     rows = sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")
     attention = float(sum(u.kind in ATTENTION_KINDS for u in model.units if t[u.name].compute == "gpu"))
     tokens = run.workload.batch  # per decode step: one of every sequence
@@ -81,7 +85,9 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
              "gpu_row_token_s": rows * tokens if multi else 0.0,
              "cpu_flops_per_s": float(tokens > 1 and ops["cpu"] > 0),  # whether the run measures it (identifiable)
              "gpu_offload_split_s": float(splits),
-             "gpu_mm_attention_s": attention if tokens == 1 and not run.peer_update.get("flash_attention", True)
+             "gpu_mm_attention_s": attention if tokens == 1 and not fused["gpu"] else 0.0,
+             "cpu_mm_attention_s": float(sum(u.kind in ATTENTION_KINDS for u in model.units
+                                             if t[u.name].compute == "cpu")) if tokens == 1 and not fused["cpu"]
              else 0.0,
              "gpu_graph_warmup_op_s": 0.0 if run.graphs_warm else ops["gpu"] * len(graph_warmup_steps(run.workload))
              / max(run.workload.new_tokens - 1, 1)}
@@ -98,7 +104,7 @@ PROBE = {"cpu_bytes_per_s": 1.0, "cpu_cache_bytes_per_s": 2.0, "cpu_head_bytes_p
 OPTIONAL_RATES = ("cpu_cache_bytes_per_s", "cpu_head_bytes_per_s")  # absent: cpu_bytes_per_s holds instead
 # what only some runs measure (several sequences decoded together): left absent (their default) when no run does
 MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s", "gpu_offload_split_s",
-                    "gpu_graph_warmup_op_s", "gpu_mm_attention_s")
+                    "gpu_graph_warmup_op_s", "gpu_mm_attention_s", "cpu_mm_attention_s")
 
 
 def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec,
@@ -187,15 +193,13 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     return spec(res.x).model_copy(update={"source": source})
 
 
-CPU_RATES = ("cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_flops_per_s")
 HOST_SCALE_BOUNDS = (0.25, 4.0)  # a host this much slower or faster than the one fitted: beyond, refit instead
 
 
 def host_scaled(spec: PeerSpec, scale: float) -> PeerSpec:
     """The peer's costs on a host whose CPU runs the engine's kernels `scale` times as fast as the host they were
-    fitted on: every CPU speed times it, the per-operator CPU cost over it; the GPU's costs as they were."""
-    update = {p: getattr(spec, p) * scale for p in CPU_RATES if getattr(spec, p) is not None}
-    return spec.model_copy(update={**update, "cpu_op_s": spec.cpu_op_s / scale})
+    fitted on (PeerSpec.host_scaled)."""
+    return spec.host_scaled(scale)
 
 
 def fit_scalar(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], spec_of, bounds) -> float:
