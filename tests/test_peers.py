@@ -441,8 +441,8 @@ def test_llamacpp_cpu_share_in_the_last_level_cache_streams_faster(toy_machine):
     """A CPU share whose weights fit cpu_cache_share (0.6) of a 25-byte last-level cache (15 bytes) streams at
     cpu_cache_bytes_per_s (7 B/s): units of 4, 8, 2 bytes (14 bytes, 57 operators: decoders of 19, their attention
     fused) all on the CPU take 14 / 7 + 0.57 = 2.57 s a token; one of 16 bytes does not fit and takes 16 / 2 + 0.19
-    = 8.19 s. Without a known cache size the memory speed holds (7.57 s). The fit gives the cache speed back (within 2%: it stops short on the GPU
-    runs' two costs), and leaves it out when no run's CPU share fits."""
+    = 8.19 s. Without a known cache size the memory speed holds (7.57 s). The fit gives the cache speed back (within
+    2%: it stops short on the GPU runs' two costs), and leaves it out when no run's CPU share fits."""
     from sim.schedule import cpu_stream_bytes_per_s
     from validate.peer_calibration import identifiable
     truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_cache_bytes_per_s=7.0, cpu_op_s=0.01, gpu_op_s=0.02,
@@ -527,11 +527,11 @@ def test_llamacpp_gpu_decode_pays_per_weight_row_and_fit_recovers_it(toy_machine
 
 
 def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
-    """llama.cpp's head on the CPU right after CPU layers streams at cpu_head_bytes_per_s (3 B/s), after GPU layers
-    at cpu_bytes_per_s (2 B/s). All on the CPU (layers of 4 and 8 bytes, a 6-byte head; 19 + 19 + 3 operators at
-    0.01 s, the attentions fused): 4 / 2 + 8 / 2 + 6 / 3 + 0.41 = 8.41 s a token. The layers on the GPU (12 / 10 + 44 x 0.02 + step 0.3 =
-    2.38 s) and the head on the CPU at 2 B/s (3 + 0.03 s): 5.41 s. The fit keeps the head's speed only when a run
-    measures it, and otherwise leaves it absent even where the profile had one."""
+    """llama.cpp's head on the CPU right after CPU layers streams at cpu_head_bytes_per_s (3 B/s), after GPU layers at
+    cpu_bytes_per_s (2 B/s). All on the CPU (layers of 4 and 8 bytes, a 6-byte head; 19 + 19 + 3 operators at 0.01
+    s, the attentions fused): 4 / 2 + 8 / 2 + 6 / 3 + 0.41 = 8.41 s a token. The layers on the GPU (12 / 10 + 44 x
+    0.02 + step 0.3 = 2.38 s) and the head on the CPU at 2 B/s (3 + 0.03 s): 5.41 s. The fit keeps the head's speed
+    only when a run measures it, and otherwise leaves it absent even where the profile had one."""
     from sim.schedule import cpu_stream_bytes_per_s
     from validate.peer_calibration import identifiable
     truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_head_bytes_per_s=3.0, cpu_op_s=0.01, gpu_op_s=0.02)
