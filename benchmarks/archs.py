@@ -63,6 +63,18 @@ ARCHS = {
     "smollm-360m": ("llama-3.1-8b", dict(num_hidden_layers=32, hidden_size=960, intermediate_size=2560,
                                          num_attention_heads=15, num_key_value_heads=5, head_dim=64,
                                          vocab_size=49152)),
+    # twenty-ninth session, held out (llama.cpp's CPU cost per matrix row): widths no call has run, below and between
+    # the fitted ones: TinyLlama-1.1B's layer (hidden 2048, a 5632-wide MLP, 32 heads over 4), Qwen2.5-0.5B's
+    # dimensions on a Llama layer (hidden 896, 14 heads over 2, a 4864-wide MLP, its 151936-token vocabulary; its
+    # q/k/v biases left out) and a 640-wide layer (10 heads over 2, a 1728-wide MLP)
+    "tinyllama-1.1b": ("llama-3.1-8b", dict(num_hidden_layers=22, hidden_size=2048, intermediate_size=5632,
+                                            num_attention_heads=32, num_key_value_heads=4, head_dim=64,
+                                            vocab_size=32000)),
+    "qwen2.5-0.5b": ("llama-3.1-8b", dict(num_hidden_layers=24, hidden_size=896, intermediate_size=4864,
+                                          num_attention_heads=14, num_key_value_heads=2, head_dim=64,
+                                          vocab_size=151936)),
+    "llama-640": ("llama-3.1-8b", dict(num_hidden_layers=24, hidden_size=640, intermediate_size=1728,
+                                       num_attention_heads=10, num_key_value_heads=2, head_dim=64, vocab_size=32000)),
     # a head tied to the embedding, as Llama-3.2-1B's own (AirLLM keeps that matrix resident; airllm policy)
     "llama-1b-tied": ("llama-3.1-8b", dict(num_hidden_layers=16, hidden_size=2048, intermediate_size=8192,
                                            num_attention_heads=32, num_key_value_heads=8, head_dim=64,

@@ -158,6 +158,11 @@ class PeerSpec(Spec):
     cpu_op_s: NonNegativeFloat = Field(default=0.0, description="With cpu_bytes_per_s: per computing operator of a "
                                        "CPU-computed unit in the engine's own graph (sim.shapes.GGML_OPS; llama.cpp "
                                        "joins its threads after each), on top of the streaming time.")
+    cpu_row_s: NonNegativeFloat = Field(default=0.0, description="With cpu_bytes_per_s: per output row of a "
+                                        "CPU-computed unit's weight matrices a step (sim.compute.matrix_rows: ggml's "
+                                        "CPU kernels make one dot product a row, each thread a contiguous run of "
+                                        "rows), on top of streaming them; a short row (a narrow model) pays it over "
+                                        "fewer bytes.")
     gpu_op_s: NonNegativeFloat | None = Field(default=None, description="The engine's own GPU kernels at decode (at "
                                               "most MMV_MAX_TOKENS tokens per step, llama.cpp's matrix-vector "
                                               "kernels; any decode step, with gpu_row_token_s): the unit's "
@@ -244,14 +249,14 @@ class PeerSpec(Spec):
 
     def host_scaled(self, scale: float) -> "PeerSpec":
         """These costs on a host whose CPU runs the engine's kernels `scale` times as fast: every CPU speed
-        (CPU_RATES) times it, the CPU's per-operator and per-attention costs over it; the GPU's as they were."""
+        (CPU_RATES) times it, the CPU's own costs (CPU_COSTS) over it; the GPU's as they were."""
         update = {p: getattr(self, p) * scale for p in CPU_RATES if getattr(self, p) is not None}
-        return self.model_copy(update={**update, "cpu_op_s": self.cpu_op_s / scale,
-                                       "cpu_mm_attention_s": self.cpu_mm_attention_s / scale})
+        return self.model_copy(update={**update, **{p: getattr(self, p) / scale for p in CPU_COSTS}})
 
 
 # the speeds of a peer's own CPU kernels, measured on it (PeerSpec.host_scaled moves them together)
 CPU_RATES = ("cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_flops_per_s")
+CPU_COSTS = ("cpu_op_s", "cpu_row_s", "cpu_mm_attention_s")  # seconds of the CPU's kernels: over the host's speed
 
 
 def default_peers() -> dict[str, "PeerSpec"]:

@@ -231,19 +231,21 @@ def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
 def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
                   family: str = "", memory: str = "pageable", grid_scale: float = 1.0,
                   stream_bytes_per_s: float | None = None, op_s: float = 0.0,
-                  flops_per_s: float | None = None, flash_attention: bool = False) -> float:
+                  flops_per_s: float | None = None, flash_attention: bool = False, row_s: float = 0.0) -> float:
     """`memory`: where the unit's weights sit, 'pinned' or 'pageable' host memory (each may have its own grid);
     `grid_scale` as for gpu_compute_s. `stream_bytes_per_s`: how fast another engine's own CPU kernels stream
     weights, measured on that engine: a roofline at that speed and the CPU's FLOP rate replaces the machine's grid
     (llama.cpp's matrix-vector kernels stream a layer at one speed whatever its shape, where torch's speed varies by
     shape), plus `op_s` per operator of its graph (sim.shapes.ggml_ops: ggml joins its threads after each; its
-    attention fused with `flash_attention`).
+    attention fused with `flash_attention`) and `row_s` per output row of its matrices (matrix_rows; not the
+    embedding's, whose rows are looked up).
     `flops_per_s`: that engine's own multiply rate, measured on it: streaming and multiplying then overlap only in
     part, and the unit takes their OVERLAP_NORM-norm (measured on llama.cpp, call M: flat to 4 tokens a step, then
     rising towards the multiply's rate), not the larger of the two."""
     c = machine.cpu
     if stream_bytes_per_s is not None:
-        overhead = ggml_ops(unit.kind, family, flash_attention) * op_s
+        overhead = ggml_ops(unit.kind, family, flash_attention) * op_s + (matrix_rows(unit) * row_s
+                                                                          if unit.kind != "embedding" else 0.0)
         if flops_per_s is not None:
             b = (batch, new_tokens, context)
             stream, multiply = unit.bytes_touched(*b) / stream_bytes_per_s, unit.flops(*b) / flops_per_s

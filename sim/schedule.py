@@ -112,6 +112,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     stream = {kind: cpu_stream_bytes_per_s(model, plan, machine, peer, kind) for kind in ("decoder", "lm_head")}
     op_s = {True: peer.cpu_op_s, False: peer.gpu_op_s} if peer is not None else {True: 0.0, False: None}
     row_s = peer.gpu_row_s if peer is not None else 0.0
+    cpu_row_s = peer.cpu_row_s if peer is not None else 0.0
     multi = (peer.gpu_multi_row_s, peer.gpu_row_token_s) \
         if peer is not None and peer.gpu_row_token_s is not None else None
     cpu_flops = peer.cpu_flops_per_s if peer is not None else None
@@ -176,10 +177,10 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
             new, ctx = 1, ctx + new - 1
         speed = stream["lm_head" if units[ui].kind == "lm_head" else "decoder"] if cpu else None
         key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu], speed, op_s[cpu],
-               (cpu_flops, cpu_fused) if cpu else (row_s, multi))
+               (cpu_flops, cpu_fused, cpu_row_s) if cpu else (row_s, multi))
         if key not in cache:
             cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], scale[cpu],
-                                       speed, op_s[cpu], cpu_flops, cpu_fused) \
+                                       speed, op_s[cpu], cpu_flops, cpu_fused, cpu_row_s) \
                 if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch, scale[cpu],
                                           op_s[cpu], row_s, multi)
         return cache[key]

@@ -582,6 +582,37 @@ def test_llamacpp_several_sequences_hand_worked(toy_machine):
     assert cpu_compute_s(u, toy_machine, 4, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01) == pytest.approx(18.22)
 
 
+def test_llamacpp_cpu_row_cost_hand_worked_and_fit_recovers_it(toy_machine):
+    """A CPU decoder streams its bytes at cpu_bytes_per_s (2 B/s), pays 19 operators (its attention fused) x cpu_op_s
+    (0.01 s) and its rows (multiplied parameters / hidden 2) x cpu_row_s (0.05 s): 4 bytes of weights and 4 x hidden
+    of activations, 8 parameters (4 rows), take 12 / 2 + 0.19 + 0.2 = 6.39 s; the embedding's rows are looked up
+    (a row of 2 x 2 bytes, 8 of activations, one operator: 6.01 s), never a row cost. The fit on all-CPU runs of
+    models whose bytes, operators and rows vary apart gives the row cost back beside the others, the fit counts the
+    rows of the CPU's units, and a host twice as fast halves it."""
+    from sim.compute import cpu_compute_s
+    from validate.peer_calibration import features, host_scaled
+    u = _shaped([("l0", "decoder", 4, 8)]).units[0]
+    assert cpu_compute_s(u, toy_machine, 1, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01, flash_attention=True,
+                         row_s=0.05) == pytest.approx(6.39)
+    e = _shaped([("emb", "embedding", 4, 8)]).units[0]
+    assert cpu_compute_s(e, toy_machine, 1, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01, row_s=0.05) == \
+        pytest.approx(6.01)
+    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, cpu_row_s=0.05, gpu_op_s=0.02)
+    runs = []
+    for model in (_shaped([("l0", "decoder", 4, 8), ("l1", "decoder", 8, 6)]), _shaped([("l0", "decoder", 16, 4)]),
+                  _shaped([("l0", "decoder", 6, 48), ("l1", "decoder", 6, 48)]), _shaped([("l0", "decoder", 2, 2)])):
+        for tier in ("vram", "ram_pageable"):
+            m, plan = _llamacpp_of(model, toy_machine, [tier] * len(model.units), truth)
+            t = fast_simulate(model, m, plan, W, BIG)["time_per_token_s"]
+            runs.append((model, toy_machine, PeerRun("x", plan, W, BIG, t, float("nan"))))
+    assert features(runs[1][0], runs[1][2], ("cpu_row_s",)).tolist() == [7.0]  # 4 + 3 rows on the CPU
+    assert features(runs[0][0], runs[0][2], ("cpu_row_s",)).tolist() == [0.0]  # on the GPU
+    got = fit("llamacpp", runs, "test")
+    for field in ("cpu_bytes_per_s", "cpu_op_s", "cpu_row_s"):
+        assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=2e-2), field
+    assert host_scaled(truth, 2.0).cpu_row_s == pytest.approx(0.025)
+
+
 def test_llamacpp_fit_recovers_the_costs_of_several_sequences(toy_machine):
     """Runs of one and of 2 and 4 sequences, all on the GPU and all on the CPU, made with known costs: the fit gives
     back the per-row costs of a several-token step and the CPU's multiply rate beside the single-sequence costs;
@@ -597,7 +628,9 @@ def test_llamacpp_fit_recovers_the_costs_of_several_sequences(toy_machine):
                 w = Workload(batch=batch, prompt_tokens=1, new_tokens=3)
                 m, plan = _llamacpp_of(model, toy_machine, [tier] * len(model.units), truth)
                 t = fast_simulate(model, m, plan, w, BIG)["time_per_token_s"]
-                runs.append((model, toy_machine, PeerRun("x", plan, w, BIG, t, float("nan"))))
+                # graphs warm (llama-bench's repetitions): a warm-up's cost per GPU operator would otherwise
+                # be one with gpu_op_s on these equally long runs
+                runs.append((model, toy_machine, PeerRun("x", plan, w, BIG, t, float("nan"), graphs_warm=True)))
     got = fit("llamacpp", runs, "test")
     for field in ("step_s", "gpu_op_s", "gpu_row_s", "gpu_multi_row_s", "gpu_row_token_s", "cpu_bytes_per_s",
                   "cpu_op_s", "cpu_flops_per_s"):

@@ -24,7 +24,7 @@ PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airll
           "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
                        "gpu_op_s", "gpu_row_s", "gpu_compute_scale", "gpu_multi_row_s", "gpu_row_token_s",
                        "cpu_flops_per_s", "gpu_offload_split_s", "gpu_graph_warmup_op_s", "gpu_mm_attention_s",
-                       "cpu_mm_attention_s")}
+                       "cpu_mm_attention_s", "cpu_row_s")}
 SCALES = {"cpu_compute_scale", "gpu_compute_scale"}  # multipliers: neutral 1 and started there, not from the nnls
 RATES = {"cpu_bytes_per_s": "memory_bytes_per_s", "cpu_cache_bytes_per_s": "memory_bytes_per_s",
          "cpu_head_bytes_per_s": "memory_bytes_per_s", "cpu_flops_per_s": "flops_per_s"}  # started there
@@ -86,6 +86,8 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.nda
              "cpu_flops_per_s": float(tokens > 1 and ops["cpu"] > 0),  # whether the run measures it (identifiable)
              "gpu_offload_split_s": float(splits),
              "gpu_mm_attention_s": attention if tokens == 1 and not fused["gpu"] else 0.0,
+             "cpu_row_s": float(sum(matrix_rows(u) for u in model.units if t[u.name].compute == "cpu"
+                                    and u.kind != "embedding")),
              "cpu_mm_attention_s": float(sum(u.kind in ATTENTION_KINDS for u in model.units
                                              if t[u.name].compute == "cpu")) if tokens == 1 and not fused["cpu"]
              else 0.0,
