@@ -13,7 +13,8 @@ file): generation at the smallest -ngl, the middle one, the largest and the one 
 the largest, several sequences at the smallest and the largest batched -ngl, and one sequence at the largest
 (llama-batched-bench times the decode steps that warm its CUDA graph up: gpu_graph_warmup_op_s). Every other record
 is held out.
-Each setting's time is the median of its repetitions (pooled over rounds).
+Each setting's time is the median of its repetitions (pooled over rounds). A record's -fa (llama-bench's flash_attn
+field: -1 auto, 0 off, 1 on) is priced as run (PeerSpec.flash_attn, sim.schedule.ggml_flash_attention).
 Calls Y, Z and AA ran llama.cpp's default build, with ggml-cuda's flash-attention kernels (flash_attention_build): the
 runs of such a build are priced with PeerSpec.flash_attention (the others pay gpu_mm_attention_s per GPU attention
 on a one-token step), enter the fit with every layer on the GPU only (on_gpu), and are held out apart.
@@ -28,7 +29,7 @@ per call"). llama.cpp's own --fit placements (h200_llamacpp.py --fit-shares) are
 `llamacpp` policy places the model at the budget llama.cpp fitted (its layout compared with the one printed), and
 llama-fit-params' own projection of its GPU memory for each placement it tried against sim.memory.memory_use's.
 Run (docs/peers): python ../../benchmarks/llamacpp_report.py \
-     llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z,aa,ab,ac,ad,ae,af,ag,ah,ai,aj,ak,al}.json \
+     llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z,aa,ab,ac,ad,ae,af,ag,ah,ai,aj,ak,al,am,an,ao}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
      --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b --fit llamacpp-z.json:llama-1b \
