@@ -347,11 +347,6 @@ def flash_attention_build(build: dict) -> bool:
     return "-DGGML_CUDA_FA=ON" in (build.get("cmake_flags") or []) or "/build-fa/" in build.get("binary", "")
 
 
-def flash_attn_of(rec: dict) -> str:
-    """The record's -fa as PeerSpec.flash_attn: llama-bench writes -1 for auto (its default), 0 off, 1 on."""
-    return {0: "off", 1: "on"}.get(rec.get("flash_attn"), "auto")
-
-
 def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
     out = []
     for f in files:
@@ -365,9 +360,8 @@ def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:
             # every call ran on the same host; profiles written before the cache size was recorded lack it
             data["cpu"] = {**data["cpu"], "llc_bytes": data["cpu"].get("llc_bytes") or HOST.cpu.llc_bytes}
             machine = MachineSpec.model_validate(data)
-            runs = [(kind, rec, dataclasses.replace(run, peer_update={"flash_attention": fa,
-                                                                       "flash_attn": flash_attn_of(rec)}))
-                    for kind, rec, run in runs_of(e, shape, machine)]  # the build that ran them, its -fa
+            runs = [(kind, rec, dataclasses.replace(run, peer_update={**run.peer_update, "flash_attention": fa}))
+                    for kind, rec, run in runs_of(e, shape, machine)]  # the build that ran them (its -fa: run_of)
             out.append((dict(e, file=Path(f).name, fa_build=fa), shape, machine, runs))
     return out
 

@@ -190,3 +190,33 @@ def test_calibrate_peer_reads_the_gguf_llama_bench_ran(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(1.25, rel=1e-3)
     assert load_machine(str(out)).peers["llamacpp"].cpu_bytes_per_s == pytest.approx(
         1.25 * m.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
+
+
+def test_calibrate_peer_prices_each_record_with_its_own_flash_attention(tmp_path, capsys):
+    """A llama-bench record run with -fa off (its flash_attn field 0) is priced unfused: every CPU attention of
+    the all-CPU run pays cpu_mm_attention_s and three operators more than the same record under -fa auto (-1),
+    hand-worked from the preset's costs; so calibrate-peer gives back the host's 1.25 from -fa off records, where
+    pricing them as auto would not."""
+    import json
+    from hwmodels.presets import load_machine
+    from sim.shapes import ATTENTION_KINDS, FLASH_ATTN_SAVED_OPS
+    from validate.llamacpp_bench import run_of
+    from validate.peer_calibration import host_scaled, predict, with_peer
+    path = tmp_path / "m.gguf"
+    write_llama(path)
+    shape = load_model(str(path))
+    m = load_machine("h200-testbox")
+    spec = host_scaled(m.peers["llamacpp"], 1.25)
+    truth = with_peer(m, "llamacpp", spec)
+    rec = {"n_prompt": 0, "n_gen": 16, "n_gpu_layers": 0, "avg_ns": 1.0}
+    off, auto = (run_of(dict(rec, flash_attn=fa), shape, truth, None, "") for fa in (0, -1))
+    assert off.peer_update == {"flash_attn": "off"} and auto.peer_update == {"flash_attn": "auto"}
+    attentions = sum(u.kind in ATTENTION_KINDS for u in shape.units)
+    extra = attentions * (spec.cpu_mm_attention_s + FLASH_ATTN_SAVED_OPS * spec.cpu_op_s)
+    t_off, t_auto = (predict(shape, truth, r)["time_per_token_s"] for r in (off, auto))
+    assert attentions > 0 and t_off - t_auto == pytest.approx(extra, rel=1e-6)
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps([dict(rec, flash_attn=0, avg_ns=t_off * 16e9)]))
+    out = tmp_path / "p.json"
+    assert main(["calibrate-peer", str(path), "--bench", str(bench), "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(1.25, rel=1e-3)

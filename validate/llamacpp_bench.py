@@ -54,9 +54,15 @@ def mapped_of(args: list[str], rec: dict | None = None) -> bool:
     return not unmapped or bool(no_host)
 
 
+def flash_attn_of(rec: dict) -> str:
+    """A llama-bench record's -fa as PeerSpec.flash_attn: its flash_attn field holds -1 for auto (the default), 0 for
+    off, 1 for on."""
+    return {0: "off", 1: "on"}.get(rec.get("flash_attn"), "auto")
+
+
 def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None, label: str) -> PeerRun:
     """One llama-bench record as a run: a generation test predicts its time per token (the median repetition's
-    total over G tokens), a prompt test its first token."""
+    total over G tokens), a prompt test its first token; priced with the record's -fa."""
     gen = rec["n_gen"] > 0
     w = Workload(batch=1, prompt_tokens=1 if gen else rec["n_prompt"], new_tokens=rec["n_gen"] + 1 if gen else 1)
     mapped = mapped_of(rec.get("args") or [], rec)
@@ -65,7 +71,7 @@ def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None
     t = statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9  # robust to a slow first repetition
     # its warm-up run and the repetition before left the decode graph captured (the median repetition replays it)
     return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t,
-                   graphs_warm=True)
+                   graphs_warm=True, peer_update={"flash_attn": flash_attn_of(rec)})
 
 
 def _parse(path: Path, fix: str) -> object:
