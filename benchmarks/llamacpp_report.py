@@ -13,8 +13,9 @@ file): generation at the smallest -ngl, the middle one, the largest and the one 
 the largest, several sequences at the smallest and the largest batched -ngl, and one sequence at the largest
 (llama-batched-bench times the decode steps that warm its CUDA graph up: gpu_graph_warmup_op_s). Every other record
 is held out.
-Each setting's time is the median of its repetitions (pooled over rounds). A record's -fa (llama-bench's flash_attn
-field: -1 auto, 0 off, 1 on) is priced as run (PeerSpec.flash_attn, sim.schedule.ggml_flash_attention).
+Each setting's time is the median of its repetitions (pooled over rounds). A llama-bench record's -fa (its flash_attn
+field: -1 auto, 0 off, 1 on) is priced as run (PeerSpec.flash_attn, sim.schedule.ggml_flash_attention); a
+llama-batched-bench run, as -fa auto (no stored one sets it).
 Calls Y, Z and AA ran llama.cpp's default build, with ggml-cuda's flash-attention kernels (flash_attention_build): the
 runs of such a build are priced with PeerSpec.flash_attention (the others pay gpu_mm_attention_s per GPU attention
 on a one-token step), enter the fit with every layer on the GPU only (on_gpu), and are held out apart.

@@ -223,8 +223,9 @@ class PeerSpec(Spec):
                                                      "default) fuses every attention unless one would have to run "
                                                      "on another device than its layer (sim.schedule."
                                                      "ggml_flash_attention); 'on' and 'off' force it.")
-    gpu_mm_attention_s: NonNegativeFloat = Field(default=0.0, description="Without flash_attention: per GPU-computed "
-                                                 "attention on a decode step of one token, beyond the fused kernel "
+    gpu_mm_attention_s: NonNegativeFloat = Field(default=0.0, description="Without flash_attention or with -fa off "
+                                                 "(flash_attn): per GPU-computed attention on a decode step of one "
+                                                 "token, beyond the fused kernel "
                                                  "(the scores and their product with V as matrix multiplies, the "
                                                  "softmax and the copies between: one sequence took 1.26 ms a token "
                                                  "on a 16-layer Llama-1B all on the GPU with the kernels, 1.52-1.59 "

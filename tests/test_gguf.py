@@ -194,9 +194,9 @@ def test_calibrate_peer_reads_the_gguf_llama_bench_ran(tmp_path, capsys):
 
 def test_calibrate_peer_prices_each_record_with_its_own_flash_attention(tmp_path, capsys):
     """A llama-bench record run with -fa off (its flash_attn field 0) is priced unfused: every CPU attention of
-    the all-CPU run pays cpu_mm_attention_s and three operators more than the same record under -fa auto (-1),
-    hand-worked from the preset's costs; so calibrate-peer gives back the host's 1.25 from -fa off records, where
-    pricing them as auto would not."""
+    the all-CPU run pays cpu_mm_attention_s and three operators more (at 10 us each here) than the same record under
+    -fa auto (-1), hand-worked; so calibrate-peer gives back the host's 1.25 from -fa off records, and from the same
+    times recorded as auto it would not."""
     import json
     from hwmodels.presets import load_machine
     from sim.shapes import ATTENTION_KINDS, FLASH_ATTN_SAVED_OPS
@@ -206,6 +206,7 @@ def test_calibrate_peer_prices_each_record_with_its_own_flash_attention(tmp_path
     write_llama(path)
     shape = load_model(str(path))
     m = load_machine("h200-testbox")
+    m = with_peer(m, "llamacpp", m.peers["llamacpp"].model_copy(update={"cpu_op_s": 1e-5}))
     spec = host_scaled(m.peers["llamacpp"], 1.25)
     truth = with_peer(m, "llamacpp", spec)
     rec = {"n_prompt": 0, "n_gen": 16, "n_gpu_layers": 0, "avg_ns": 1.0}
@@ -215,8 +216,14 @@ def test_calibrate_peer_prices_each_record_with_its_own_flash_attention(tmp_path
     extra = attentions * (spec.cpu_mm_attention_s + FLASH_ATTN_SAVED_OPS * spec.cpu_op_s)
     t_off, t_auto = (predict(shape, truth, r)["time_per_token_s"] for r in (off, auto))
     assert attentions > 0 and t_off - t_auto == pytest.approx(extra, rel=1e-6)
-    bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps([dict(rec, flash_attn=0, avg_ns=t_off * 16e9)]))
-    out = tmp_path / "p.json"
-    assert main(["calibrate-peer", str(path), "--bench", str(bench), "--out", str(out), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(1.25, rel=1e-3)
+    profile = tmp_path / "m.json"
+    profile.write_text(m.model_dump_json())
+    scales = []
+    for fa in (0, -1):
+        bench = tmp_path / f"bench{fa}.json"
+        bench.write_text(json.dumps([dict(rec, flash_attn=fa, avg_ns=t_off * 16e9)]))
+        out = tmp_path / f"p{fa}.json"
+        assert main(["calibrate-peer", str(path), "--bench", str(bench), "--profile", str(profile), "--out", str(out),
+                     "--json"]) == 0
+        scales.append(json.loads(capsys.readouterr().out)["host_cpu_scale"])
+    assert scales[0] == pytest.approx(1.25, rel=1e-3) and scales[1] < 1.25 * 0.99

@@ -58,40 +58,53 @@ def predict(model: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
     return fast_simulate(model, machine, run.plan, run.workload, run.budgets)
 
 
-def features(model: ModelShape, run: PeerRun, params: tuple[str, ...]) -> np.ndarray:
-    """How many times per token the run pays each parameter."""
+def features(model: ModelShape, run: PeerRun, params: tuple[str, ...], spec: PeerSpec | None = None) -> np.ndarray:
+    """How many times per token the run pays each parameter, as sim.schedule prices it; `spec`: the peer's costs
+    the run is priced with (its flash-attention settings, PeerRun.peer_update over them), the defaults if none."""
     t = run.plan.tiers()
     loaded = [u for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
     # a block's routed experts: one set of operators per block and step, where its experts are (sim.schedule)
     expert_blocks = {dev: {u.block for u in model.units if u.kind == "expert" and t[u.name].compute == dev}
                      for dev in ("cpu", "gpu")}
     moe_ops = ggml_moe_ops(model.experts_per_token) if model.is_moe else 0
-    peer = {p: run.peer_update.get(p, PeerSpec.model_fields[p].default) for p in ("flash_attention", "flash_attn")}
-    fused = ggml_flash_attention(model, run.plan, peer["flash_attention"], peer["flash_attn"]) \
-        if run.plan.engine == "llamacpp" else {"cpu": True, "gpu": True}
-    ops = {dev: float(sum(ggml_ops(u.kind, model.family, fused[dev] and dev == "cpu") for u in model.units
-                          if t[u.name].compute == dev) + moe_ops * len(expert_blocks[dev])) for dev in ("cpu", "gpu")}
-    rows = sum(matrix_rows(u) for u in model.units if t[u.name].compute == "gpu")
-    attention = float(sum(u.kind in ATTENTION_KINDS for u in model.units if t[u.name].compute == "gpu"))
     tokens = run.workload.batch  # per decode step: one of every sequence
+    decode = bool(np.isfinite(run.measured_tpot_s))  # a prompt test's one step is many tokens
     multi = tokens > 1  # sim.compute.gpu_compute_s: any decode step of several sequences
     offload = run.plan.gpu_offload_min_tokens is not None and tokens >= run.plan.gpu_offload_min_tokens
+    peer = (spec or PeerSpec()).model_copy(update=run.peer_update)
+    llamacpp = run.plan.engine == "llamacpp"
+    fused = ggml_flash_attention(model, run.plan, peer.flash_attention, peer.flash_attn) if llamacpp \
+        else {"cpu": True, "gpu": True}  # no unfused attention's cost: sim.schedule
+    # what the CPU computes on a step: at offload's step sizes ggml multiplies the CPU-held weights on the GPU
+    on_cpu = [u for u in model.units if t[u.name].compute == "cpu" and not (offload and u.kind != "embedding")]
+    on_gpu = [u for u in model.units if u not in on_cpu]
+    # a routed expert runs when a token is routed to it: k of a block's n for each token, drawn apart
+    share = {u.name: 1.0 - (1.0 - 1.0 / model.n_routed_experts) ** (model.experts_per_token * tokens)
+             if u.kind == "expert" else 1.0 for u in model.units}
+    ops = {"cpu": float(sum(ggml_ops(u.kind, model.family, llamacpp and fused["cpu"]) for u in on_cpu)
+                        + moe_ops * len({u.block for u in on_cpu if u.kind == "expert"})),
+           "gpu": float(sum(ggml_ops(u.kind, model.family) for u in on_gpu)
+                        + moe_ops * len({u.block for u in on_gpu if u.kind == "expert"}))}
+    rows = sum(matrix_rows(u) * share[u.name] for u in on_gpu)
+    # a graph warm-up launches the GPU-placed units' operators (sim.schedule: not those of offloaded weights)
+    placed_gpu_ops = float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == "gpu")
+                           + moe_ops * len(expert_blocks["gpu"]))
+    attention = float(sum(u.kind in ATTENTION_KINDS for u in model.units if t[u.name].compute == "gpu"))
     splits = sum(ggml_weights(u.kind, model.family) for u in model.units if t[u.name].compute == "cpu"
                  and u.kind != "embedding") + GGML_MOE_WEIGHTS * len(expert_blocks["cpu"]) if offload else 0
     count = {"step_s": 1.0, "load_module_s": float(sum(param_modules(u.kind, model.family) for u in loaded)),
              "load_unit_s": float(sum(airllm_modules(u, model.tied_head) for u in model.units)
-                                  if run.plan.engine == "airllm" else len(loaded)), "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"],
+                                  if run.plan.engine == "airllm" else len(loaded)),
+             "cpu_op_s": ops["cpu"], "gpu_op_s": ops["gpu"],
              "gpu_row_s": 0.0 if multi else rows, "gpu_multi_row_s": rows if multi else 0.0,
              "gpu_row_token_s": rows * tokens if multi else 0.0,
              "cpu_flops_per_s": float(tokens > 1 and ops["cpu"] > 0),  # whether the run measures it (identifiable)
              "gpu_offload_split_s": float(splits),
-             "gpu_mm_attention_s": attention if tokens == 1 and not fused["gpu"] else 0.0,
-             "cpu_row_s": float(sum(matrix_rows(u) for u in model.units if t[u.name].compute == "cpu"
-                                    and u.kind != "embedding")),
-             "cpu_mm_attention_s": float(sum(u.kind in ATTENTION_KINDS for u in model.units
-                                             if t[u.name].compute == "cpu")) if tokens == 1 and not fused["cpu"]
-             else 0.0,
-             "gpu_graph_warmup_op_s": 0.0 if run.graphs_warm else ops["gpu"] * len(graph_warmup_steps(run.workload))
+             "gpu_mm_attention_s": attention if decode and tokens == 1 and not fused["gpu"] else 0.0,
+             "cpu_row_s": float(sum(matrix_rows(u) * share[u.name] for u in on_cpu if u.kind != "embedding")),
+             "cpu_mm_attention_s": float(sum(u.kind in ATTENTION_KINDS for u in on_cpu))
+             if decode and tokens == 1 and not fused["cpu"] else 0.0,
+             "gpu_graph_warmup_op_s": 0.0 if run.graphs_warm else placed_gpu_ops * len(graph_warmup_steps(run.workload))
              / max(run.workload.new_tokens - 1, 1)}
     return np.array([count[p] for p in params])
 
@@ -148,7 +161,8 @@ def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSp
     absent, and the memory speed holds for every plan), and the costs of several sequences decoded together when no
     run decodes several (MEASURED_BY_SOME: they keep their defaults)."""
     seen = {p for model, m, r in runs for p, b in rate_bytes(model, r.plan, m, spec, r.workload.batch).items() if b > 0}
-    paid = {p for model, m, r in runs for p, n in zip(MEASURED_BY_SOME, features(model, r, MEASURED_BY_SOME)) if n}
+    paid = {p for model, m, r in runs for p, n in zip(MEASURED_BY_SOME, features(model, r, MEASURED_BY_SOME, spec))
+            if n}
     return tuple(p for p in params if (p not in OPTIONAL_RATES or p in seen)
                  and (p not in MEASURED_BY_SOME or p in paid))
 
@@ -169,7 +183,7 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     base = spec0.model_copy(update={**start, **dict.fromkeys(rates, 1e30), **unmeasured,
                                     **dict.fromkeys(set(NONLINEAR) & set(params))})  # the roofline meanwhile
     per_token = [(model, m, r) for model, m, r in runs if np.isfinite(r.measured_tpot_s)]
-    A = np.array([[*features(model, r, costs),
+    A = np.array([[*features(model, r, costs, spec0),
                    *(rate_bytes(model, r.plan, m, spec0, r.workload.batch)[p] for p in rates)]
                   for model, m, r in per_token])
     b = np.array([r.measured_tpot_s - predict(model, with_peer(m, engine, base), r)["time_per_token_s"]
