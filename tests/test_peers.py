@@ -1848,3 +1848,28 @@ def test_tiers_from_device_map_reads_heads_and_refuses_what_it_cannot_model():
         tiers_from_device_map(TIED, {**dm, "lm_head": "1"})
     with pytest.raises(InputError, match="no key covers module 'model.layers.3'"):
         tiers_from_device_map(TIED, {k: v for k, v in dm.items() if k != "model.layers.3"})
+
+
+def test_llamacpp_fit_counts_what_the_simulator_prices():
+    """features() (the fit's start) against the simulator: raising one cost by d moves a run's time per token by
+    its count x d, for every llama.cpp cost the CPU and GPU pay, on LLAMA6 at -ngl 0 and 3, one sequence, four and 64
+    (ggml multiplies the CPU's weights on the GPU from 32 tokens a step), with and without ggml-cuda's kernels."""
+    from hwmodels.presets import load_machine
+    from validate.peer_calibration import features, predict
+    m = load_machine("h200-testbox")
+    spec = m.peers["llamacpp"].model_copy(update={"cpu_op_s": 1e-5})
+    params = ("cpu_op_s", "cpu_row_s", "cpu_mm_attention_s", "gpu_op_s", "gpu_mm_attention_s", "gpu_row_s",
+              "gpu_multi_row_s")
+    d = 1e-6
+    for ngl in (0, 3):
+        for batch in (1, 4, 64):
+            for kernels in (True, False):
+                w = Workload(batch=batch, prompt_tokens=4, new_tokens=5)
+                plan = llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), ngl)
+                run = PeerRun("x", plan, w, Budgets.of(m), 1.0, float("nan"), graphs_warm=True,
+                              peer_update={"flash_attention": kernels})
+                base = predict(LLAMA6, with_peer(m, "llamacpp", spec), run)["time_per_token_s"]
+                for p, n in zip(params, features(LLAMA6, run, params, spec)):
+                    moved = with_peer(m, "llamacpp", spec.model_copy(update={p: getattr(spec, p) + d}))
+                    assert (predict(LLAMA6, moved, run)["time_per_token_s"] - base) / d == \
+                        pytest.approx(n, rel=1e-3, abs=1e-3), (ngl, batch, kernels, p)
