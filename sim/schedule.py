@@ -139,9 +139,8 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     warmup_s = [warmup_op_s * ggml_ops(u.kind, model.family) if t[u.name].compute == "gpu" else 0.0 for u in units]
     # an attention of a one-token step computed unfused: on the GPU, a build without fused kernels; on the CPU,
     # llama.cpp's flash attention turned off (ggml_flash_attention)
-    fused = ggml_flash_attention(model, plan, peer.flash_attention, peer.flash_attn) \
-        if peer is not None and plan.engine == "llamacpp" else {"cpu": True, "gpu": True}  # no extra
-    cpu_fused = peer is not None and plan.engine == "llamacpp" and fused["cpu"]
+    fused = ggml_flash_attention(model, plan, peer.flash_attention, peer.flash_attn) if peer is not None \
+        else {"cpu": True, "gpu": True}
     mm_attention = {cpu: [getattr(peer, f"{dev}_mm_attention_s") if peer is not None and not fused[dev]
                           and u.kind in ATTENTION_KINDS else 0.0 for u in units]
                     for cpu, dev in ((False, "gpu"), (True, "cpu"))}
@@ -177,10 +176,10 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
             new, ctx = 1, ctx + new - 1
         speed = stream["lm_head" if units[ui].kind == "lm_head" else "decoder"] if cpu else None
         key = (ui, cpu, batch, new, ctx, dispatch, memory[ui] if cpu else "", scale[cpu], speed, op_s[cpu],
-               (cpu_flops, cpu_fused, cpu_row_s) if cpu else (row_s, multi))
+               (cpu_flops, fused["cpu"], cpu_row_s) if cpu else (row_s, multi))
         if key not in cache:
             cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], scale[cpu],
-                                       speed, op_s[cpu], cpu_flops, cpu_fused, cpu_row_s) \
+                                       speed, op_s[cpu], cpu_flops, fused["cpu"], cpu_row_s) \
                 if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, dispatch, scale[cpu],
                                           op_s[cpu], row_s, multi)
         return cache[key]
@@ -247,7 +246,10 @@ def ggml_flash_attention(model: ModelShape, plan: Plan, gpu_kernels: bool, mode:
     its -fa (PeerSpec.flash_attn); 'auto', the default, turns it on for every layer unless some layer's fused
     attention would run on another device than the layer's own (llama-context.cpp, resolve_fused_ops). A build
     without ggml-cuda's kernels (`gpu_kernels`, PeerSpec.flash_attention, false) so turns it off for all layers once
-    one attention is on the GPU, and keeps it on when none is (-ngl 0). The GPU fuses only with its kernels."""
+    one attention is on the GPU, and keeps it on when none is (-ngl 0). The GPU fuses only with its kernels. Another
+    engine's plan is not ggml's graph: nothing of it is priced unfused."""
+    if plan.engine != "llamacpp":
+        return {"cpu": True, "gpu": True}
     gpu = gpu_kernels and mode != "off"
     if mode != "auto":
         return {"cpu": mode == "on", "gpu": gpu}

@@ -72,16 +72,14 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...], spec: Pee
     multi = tokens > 1  # sim.compute.gpu_compute_s: any decode step of several sequences
     offload = run.plan.gpu_offload_min_tokens is not None and tokens >= run.plan.gpu_offload_min_tokens
     peer = (spec or PeerSpec()).model_copy(update=run.peer_update)
-    llamacpp = run.plan.engine == "llamacpp"
-    fused = ggml_flash_attention(model, run.plan, peer.flash_attention, peer.flash_attn) if llamacpp \
-        else {"cpu": True, "gpu": True}  # no unfused attention's cost: sim.schedule
+    fused = ggml_flash_attention(model, run.plan, peer.flash_attention, peer.flash_attn)
     # what the CPU computes on a step: at offload's step sizes ggml multiplies the CPU-held weights on the GPU
     on_cpu = [u for u in model.units if t[u.name].compute == "cpu" and not (offload and u.kind != "embedding")]
     on_gpu = [u for u in model.units if u not in on_cpu]
     # a routed expert runs when a token is routed to it: k of a block's n for each token, drawn apart
     share = {u.name: 1.0 - (1.0 - 1.0 / model.n_routed_experts) ** (model.experts_per_token * tokens)
              if u.kind == "expert" else 1.0 for u in model.units}
-    ops = {"cpu": float(sum(ggml_ops(u.kind, model.family, llamacpp and fused["cpu"]) for u in on_cpu)
+    ops = {"cpu": float(sum(ggml_ops(u.kind, model.family, fused["cpu"]) for u in on_cpu)
                         + moe_ops * len({u.block for u in on_cpu if u.kind == "expert"})),
            "gpu": float(sum(ggml_ops(u.kind, model.family) for u in on_gpu)
                         + moe_ops * len({u.block for u in on_gpu if u.kind == "expert"}))}
