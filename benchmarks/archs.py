@@ -3,7 +3,8 @@ by name; `NAME:LAYERS` on their command lines cuts one to that many layers. No t
 """
 
 # Real shapes of six public models (hidden, MLP, heads, KV heads, head dim, vocab), fewer layers; all with their
-# own output head (Qwen3-0.6B and 1.7B tie it to the embedding: here it is untied, as llama.cpp's runs need).
+# own output head (Qwen3-0.6B and 1.7B tie it to the embedding: here it is untied; the `-tied` shapes below tie it,
+# which llama.cpp runs too since the thirtieth session).
 ARCHS = {
     "llama-8b": ("llama-3.1-8b", dict(num_hidden_layers=4)),
     "llama-1b": ("llama-3.1-8b", dict(num_hidden_layers=8, hidden_size=2048, intermediate_size=8192,

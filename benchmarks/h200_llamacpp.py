@@ -130,8 +130,8 @@ def write_gguf(ckpt: Path, config: dict, path: Path, gguf_py: Path, embed_scale:
     tensors["model.embed_tokens.weight"] = tensors["model.embed_tokens.weight"] * embed_scale
     for name, t in moe_tensors(tensors).items():
         w.add_tensor(gguf_name(name), t.to(torch.float32 if t.dim() == 1 else torch.float16).numpy())
-    if "lm_head.weight" not in tensors:
-        raise RuntimeError("tied embeddings: use an architecture with its own output head")
+    # a head tied to the embedding writes no output.weight: llama.cpp then uses token_embd.weight as the head, a copy
+    # of it on the head's device (llama-model.cpp: TENSOR_DUPLICATED), as its converter leaves Qwen3-0.6B's GGUF
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -531,7 +531,8 @@ def run_arch(spec: str, a, binary: str, work: Path, result: dict, save, deadline
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--archs", default="llama-8b:14", help="NAME[:LAYERS],... (architectures with their own head)")
+    ap.add_argument("--archs", default="llama-8b:14",
+                    help="NAME[:LAYERS],... (a tied head written as llama.cpp's converter writes it)")
     ap.add_argument("--tarball", default=".lcpp/llama.cpp.tar.gz")
     ap.add_argument("--root", default="/var/tmp/offloadsim-llamacpp", help="where the build is kept between calls")
     ap.add_argument("--work", default="/tmp/offloadsim-llamacpp")

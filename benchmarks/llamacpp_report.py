@@ -501,6 +501,7 @@ def rows_of(loaded, spec, fit_on: list[str], scales: dict | None = None, apart: 
                          or in_apart_fit(apart or {}, e, kind, rec, run, shape)
                          or (label is not None and (e["arch"], run.label, test) == label),
                          "moe": shape.is_moe, "cpu_experts": cpu_experts(run, shape), "hidden": shape.hidden,
+                         "layers": shape.n_blocks,
                          # its tokens spread over the experts as a trained router's do (h200_llamacpp --embed-scale)
                          "spread_routing": shape.is_moe and e.get("embed_scale", 1.0) > 1,
                          "pinned": not mapped_of(rec.get("args") or [], rec),
