@@ -27,11 +27,11 @@ def main() -> None:
     for e, shape, _machine, runs in load(a.files):
         for _kind, rec, run in runs:
             test = f"tg{rec['n_gen']}" if rec["n_gen"] > 0 else f"pp{rec['n_prompt']}"
-            nbytes[(e["file"], e["arch"], run.label, test, run.workload.batch)] = cpu_bytes(run, shape)
+            nbytes[(e["file"], e["arch"], shape.n_blocks, run.label, test, run.workload.batch)] = cpu_bytes(run, shape)
     rows = zip(json.load(open(a.first))["rows"], json.load(open(a.second))["rows"])
     out = []
     for x, y in rows:
-        key = (x["file"], x["arch"], x["run"], x["test"], x["batch"])
+        key = (x["file"], x["arch"], x["layers"], x["run"], x["test"], x["batch"])  # a call may cut one shape twice
         share = nbytes.get(key, 0) / HOST.cpu.llc_bytes
         if x["test"].startswith("tg") and x["batch"] == 1 and not x["calibration"] and low < share <= high:
             out.append((share, x["arch"], x["file"], x["run"], x["error_pct"], y["error_pct"], x["stddev_pct"]))

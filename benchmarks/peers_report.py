@@ -250,7 +250,8 @@ def main() -> None:
             err = 100 * (s["time_per_token_s"] / run.measured_tpot_s - 1)
             ttft_err = 100 * (s["ttft_s"] / run.measured_ttft_s - 1)
             where = sorted({p.tier + ("/cpu" if p.compute == "cpu" else "") for p in run.plan.placements})
-            rows.append({"file": e["file"], "arch": e["arch"], "engine": engine, "run": kind, "batch": run.workload.batch,
+            rows.append({"file": e["file"], "arch": e["arch"], "layers": shape.n_blocks, "engine": engine, "run": kind,
+                         "batch": run.workload.batch,
                          "prompt": run.workload.prompt_tokens, "tiers": where, "calibration": calib,
                          "predicted_tpot_s": s["time_per_token_s"], "measured_tpot_s": run.measured_tpot_s,
                          "error_pct": err, "predicted_ttft_s": s["ttft_s"], "measured_ttft_s": run.measured_ttft_s,

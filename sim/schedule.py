@@ -261,7 +261,8 @@ def ggml_flash_attention(model: ModelShape, plan: Plan, gpu_kernels: bool, mode:
 def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, peer,
                            kind: str = "decoder") -> float | None:
     """The speed a peer's own CPU kernels stream a unit of this kind at in this plan: from the last-level cache when
-    every weight the CPU computes with fits in its share of it (read each token, they stay there), else from memory
+    every weight the CPU computes with fits in its share of it (read each token, they stay there; a larger share
+    when every unit is on the CPU), else from memory
     (the head at its own speed where the peer has one and the unit before it is on the CPU too, on a dense model:
     where it was fitted; after an MoE's CPU layers the head streams at the layers' speed, calls AB-AG, no mechanism
     found); None when the peer's CPU is priced by the grids instead. The embedding is a row lookup: it touches one
@@ -277,7 +278,9 @@ def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, 
     if peer.cpu_cache_bytes_per_s is None or not llc:
         return memory
     cpu_bytes = sum(u.nbytes for u in model.units if t[u.name].compute == "cpu" and u.kind != "embedding")
-    return peer.cpu_cache_bytes_per_s if 0 < cpu_bytes <= peer.cpu_cache_share * llc else memory
+    alone = all(t[u.name].compute == "cpu" for u in model.units)  # no GPU in the token's path (llama.cpp's -ngl 0)
+    share = peer.cpu_cache_share_alone if alone else peer.cpu_cache_share
+    return peer.cpu_cache_bytes_per_s if 0 < cpu_bytes <= share * llc else memory
 
 
 def _row_maker(model: ModelShape, plan: Plan, machine: MachineSpec, peer, pays_step: bool, w: Workload):

@@ -1,5 +1,6 @@
 """Peer engine models (issue 11): their costs in the schedule, Accelerate's placement, the fit of their costs."""
 import dataclasses
+import json
 
 import pytest
 
@@ -438,28 +439,33 @@ def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
 
 
 def test_llamacpp_cpu_share_in_the_last_level_cache_streams_faster(toy_machine):
-    """A CPU share whose weights fit cpu_cache_share (0.6) of a 25-byte last-level cache (15 bytes) streams at
-    cpu_cache_bytes_per_s (7 B/s): units of 4, 8, 2 bytes (14 bytes, 57 operators: decoders of 19, their attention
-    fused) all on the CPU take 14 / 7 + 0.57 = 2.57 s a token; one of 16 bytes does not fit and takes 16 / 2 + 0.19
-    = 8.19 s. Without a known cache size the memory speed holds (7.57 s). The fit gives the cache speed back (within
-    2%: it stops short on the GPU runs' two costs), and leaves it out when no run's CPU share fits."""
+    """A CPU share whose weights fit cpu_cache_share_alone (1.0, every unit on the CPU) or cpu_cache_share (0.6,
+    the GPU taking part) of a 25-byte last-level cache streams at cpu_cache_bytes_per_s (7 B/s): units of 4, 8, 2
+    bytes (14 bytes, 57 operators: decoders of 19, their attention fused) all on the CPU take 14 / 7 + 0.57 = 2.57 s
+    a token; one of 26 bytes does not fit and takes 26 / 2 + 0.19 = 13.19 s. Without a known cache size the memory
+    speed holds (7.57 s). 16 bytes fit the whole cache with every unit on the CPU, not its 0.6 (15 bytes) with a unit
+    on the GPU. The fit gives the cache speed back (within 2%: it stops short on the GPU runs' two costs), and leaves
+    it out when no run's CPU share fits."""
     from sim.schedule import cpu_stream_bytes_per_s
     from validate.peer_calibration import identifiable
     truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_cache_bytes_per_s=7.0, cpu_op_s=0.01, gpu_op_s=0.02,
                      gpu_compute_scale=0.7)
     cached = toy_machine.model_copy(update={"cpu": toy_machine.cpu.model_copy(update={"llc_bytes": 25})})
     runs, got_times = [], []
-    for machine, sizes in ((cached, (4, 8, 2)), (cached, (16,)), (toy_machine, (4, 8, 2)), (cached, (4, 8, 2)),
-                           (cached, (16,))):
+    for machine, sizes in ((cached, (4, 8, 2)), (cached, (26,)), (toy_machine, (4, 8, 2)), (cached, (4, 8, 2)),
+                           (cached, (26,))):
         model = toy_model(sizes)
         tier = "ram_pageable" if len(runs) < 3 else "vram"
         m, plan = _llamacpp_of(model, machine, [tier] * len(model.units), truth)
         s = fast_simulate(model, m, plan, W, BIG)
         got_times.append(s["time_per_token_s"])
         runs.append((model, machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], float("nan"))))
-    assert got_times[:3] == [pytest.approx(t) for t in (2.57, 8.19, 7.57)]
+    assert got_times[:3] == [pytest.approx(t) for t in (2.57, 13.19, 7.57)]
     model, machine, run = runs[0]
     assert cpu_stream_bytes_per_s(model, run.plan, machine, truth) == 7.0
+    for tiers, speed in ((["ram_pageable"] * 2, 7.0), (["ram_pageable", "vram"], 2.0)):  # 16 of 25 bytes: 0.64
+        m, plan = _llamacpp_of(toy_model((16, 2)), cached, tiers, truth)
+        assert cpu_stream_bytes_per_s(toy_model((16, 2)), plan, m, truth) == speed, tiers
     assert cpu_stream_bytes_per_s(model, run.plan, machine, truth.model_copy(update={"cpu_bytes_per_s": None})) is None
     got = fit("llamacpp", runs, "test")
     for field in ("cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_op_s"):  # six parameters through the simulator
@@ -1873,3 +1879,30 @@ def test_llamacpp_fit_counts_what_the_simulator_prices():
                     moved = with_peer(m, "llamacpp", spec.model_copy(update={p: getattr(spec, p) + d}))
                     assert (predict(LLAMA6, moved, run)["time_per_token_s"] - base) / d == \
                         pytest.approx(n, rel=1e-3, abs=1e-3), (ngl, batch, kernels, p)
+
+
+def test_repeat_floor_hand_worked(tmp_path):
+    """The floor of timings 2 and 3 ms is 20% (2.4 ms misses both by 20%, nothing does better); a call's rounds are
+    grouped by setting (the median repetition per token of each), and a miss is checked against its setting's
+    other timings."""
+    from benchmarks.repeat_floor import floor_pct, llamacpp_rounds, misses
+    assert floor_pct([2.0, 3.0]) == pytest.approx(20.0)
+    assert floor_pct([5.0, 5.0]) == 0.0
+    p = 2 * 2.0 * 3.0 / (2.0 + 3.0)  # the prediction halfway in ratio: misses each by exactly the floor
+    assert abs(p / 2.0 - 1) == pytest.approx(0.2) and abs(p / 3.0 - 1) == pytest.approx(0.2)
+    rec = lambda ms, rnd: {"avg_ns": 0, "samples_ns": [ms * 32e6, ms * 32e6 * 9, ms * 32e6], "n_gen": 32,
+                           "n_prompt": 0, "n_gpu_layers": 0, "args": ["-ngl", "0"], "round": rnd}
+    call = {"archs": [{"arch": "x", "gguf_shape": {}, "exported": [],
+                       "llamacpp": [rec(2.0, 0), rec(3.0, 1), dict(rec(1.0, 0), n_gpu_layers=4, args=["-ngl", "4"])]}]}
+    (tmp_path / "c.json").write_text(json.dumps(call))
+    rounds = llamacpp_rounds([str(tmp_path / "c.json")])  # the slow middle repetition does not count
+    assert rounds == {("c.json", "x", "-ngl 0", "tg32"): [pytest.approx(2e-3), pytest.approx(3e-3)]}
+    rows = [{"file": "c.json", "arch": "x", "run": "-ngl 0", "test": "tg32", "pred": 2.1e-3, "error_pct": -30.0},
+            {"file": "c.json", "arch": "x", "run": "-ngl 4", "test": "tg32", "pred": 1.5e-3, "error_pct": 50.0},
+            {"file": "c.json", "arch": "x", "run": "-ngl 8", "test": "tg32", "pred": 1e-3, "error_pct": 5.0}]
+    table = {0: [2e-3, 3e-3], 1: [1e-3], 2: [0.98e-3, 1.02e-3]}
+    out = misses(rows, table, lambda r: int(r["run"].split()[1]) // 4, 25.0)
+    # -ngl 0 missed by 30% but its other round (2 ms) is within 15% of 2.1 ms; -ngl 4 was timed once
+    assert (out["missed_over_25_pct"], out["timed_again"], out["a_timing_within_15_pct_of_the_prediction"]) == (2, 1, 1)
+    steady = out["runs of settings timed again that reproduced (floor <= 10%)"]
+    assert steady["runs"] == 1 and steady["worst_abs_error_pct"] == 5.0  # -ngl 8: 0.98 and 1.02 ms, a 2% floor
