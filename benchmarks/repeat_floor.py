@@ -28,15 +28,10 @@ import statistics
 from pathlib import Path
 
 from benchmarks.llamacpp_report import variant_of
+from validate.peer_calibration import floor_pct
 
 AGREE_PCT = 15.0  # another timing of the setting within this of the prediction: the model agrees with a repeat
 STEADY_FLOOR_PCT = 10.0  # a setting whose timings lie within this floor of each other reproduced: the host held still
-
-
-def floor_pct(times: list[float]) -> float:
-    """The least worst |error| one prediction can reach over these timings (%): halfway in ratio between the
-    fastest and the slowest, (max - min) / (max + min)."""
-    return 100 * (max(times) - min(times)) / (max(times) + min(times))
 
 
 def per_token(rec: dict) -> tuple[str, float]:

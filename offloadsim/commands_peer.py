@@ -28,4 +28,9 @@ def calibrate_peer_cmd(args: argparse.Namespace) -> int:
               f"({100 * (r['before_s'] / r['measured_s'] - 1):+.1f}%) | {r['after_s']:.4f} "
               f"({100 * (r['after_s'] / r['measured_s'] - 1):+.1f}%) | {'yes' if r['used'] else 'no: all on the GPU'} |"
               for r in rep["runs"]]
+    again = rep["repeats"]
+    lines.append(f"{again['settings']} setting(s) timed more than once moved by up to {again['worst_floor_pct']:.1f}% "
+                 "between runs: no prediction can come closer to all their timings than that" if again["settings"]
+                 else "no setting was timed twice: run llama-bench again minutes later and give both outputs to see "
+                      "how far this host moves the same run (one run in a slow spell scales every prediction)")
     return emit(args, {"profile": str(out), **rep}, "\n".join(lines))

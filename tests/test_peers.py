@@ -1310,6 +1310,21 @@ def test_calibrate_host_recovers_a_known_cpu_speed_from_llama_bench_records():
         calibrate_host(LLAMA6, m, _bench_records(LLAMA6, m, 10.0, ngls=(0,)), "test")
 
 
+def test_calibrate_host_reports_how_far_the_host_moved_a_setting_timed_twice():
+    """-ngl 0 timed again 1.5x slower (a slow spell): its floor is (1.5 - 1) / (1.5 + 1) = 20%, the least any one
+    prediction misses both timings by; -ngl 3 timed once is no repeat; without a repeat, no floor."""
+    from hwmodels.presets import load_machine
+    from validate.llamacpp_bench import calibrate_host
+    m = load_machine("h200-testbox")
+    recs = _bench_records(LLAMA6, m, 1.0, ngls=(0, 3))
+    slow = dict(recs[0], avg_ns=recs[0]["avg_ns"] * 1.5, samples_ns=[x * 1.5 for x in recs[0]["samples_ns"]])
+    _, rep = calibrate_host(LLAMA6, m, recs + [slow], "test")
+    assert rep["repeats"]["settings"] == 1 and rep["repeats"]["worst_floor_pct"] == pytest.approx(20.0)
+    assert 1.0 / 1.5 < rep["host_cpu_scale"] < 1.0  # the slow timing pulls the scale, the fast one holds it
+    _, rep = calibrate_host(LLAMA6, m, recs + [dict(slow, flash_attn=0)], "test")  # another -fa: another setting
+    assert rep["repeats"] == {"settings": 0, "worst_floor_pct": None, "median_floor_pct": None}
+
+
 def test_calibrate_peer_cli_writes_a_profile_that_simulate_uses(tmp_path, capsys):
     """offloadsim calibrate-peer MODEL --bench llama-bench.json: the profile it writes carries the host's llama.cpp
     costs (simulate --policy llamacpp on it predicts the benchmarked time); bad records are one sentence."""

@@ -23,7 +23,8 @@ from hwmodels.units import InputError
 from sim.plan import Budgets, Plan, Workload
 from sim.policies import llamacpp_ngl
 from sim.shapes import ModelShape
-from validate.peer_calibration import HOST_SCALE_BOUNDS, PeerRun, fit_host_scale, host_scaled, predict, with_peer
+from validate.peer_calibration import (HOST_SCALE_BOUNDS, PeerRun, fit_host_scale, floor_pct, host_scaled, predict,
+                                       with_peer)
 
 UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")  # llama-model-loader.cpp: only auto, mmap and mmap+mlock map the file
 MAX_BENCH_BYTES = 64 * 2**20
@@ -175,4 +176,19 @@ def calibrate_host(shape: ModelShape, machine: MachineSpec, records: list[dict],
     rows = [{"run": r.label, "tokens": rec["n_gen"], "measured_s": r.measured_tpot_s,
              "before_s": predict(shape, m0, r)["time_per_token_s"],
              "after_s": predict(shape, m1, r)["time_per_token_s"], "used": r in held} for rec, r in zip(gen, runs)]
-    return m1, {"engine": "llamacpp", "host_cpu_scale": scale, "runs": rows, "source": scaled.source}
+    return m1, {"engine": "llamacpp", "host_cpu_scale": scale, "runs": rows, "source": scaled.source,
+                "repeats": repeats(gen, runs)}
+
+
+def repeats(gen: list[dict], runs: list[PeerRun]) -> dict:
+    """How far this host moved a setting the records time more than once (the same placement, tokens, -fa, threads,
+    load mode and arguments; e.g. llama-bench run again minutes later): per setting its floor (floor_pct), the least
+    any prediction of its timings can miss them by; {'settings': 0, ...} when no setting was timed twice."""
+    groups: dict[tuple, list[float]] = {}
+    for rec, r in zip(gen, runs):
+        args = rec.get("args") or []
+        key = (r.label, rec["n_gen"], rec.get("flash_attn"), rec.get("n_threads"), mapped_of(args, rec), tuple(args))
+        groups.setdefault(key, []).append(r.measured_tpot_s)
+    floors = [floor_pct(v) for v in groups.values() if len(v) > 1]
+    return {"settings": len(floors), "worst_floor_pct": max(floors) if floors else None,
+            "median_floor_pct": statistics.median(floors) if floors else None}

@@ -210,6 +210,12 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
 HOST_SCALE_BOUNDS = (0.25, 4.0)  # a host this much slower or faster than the one fitted: beyond, refit instead
 
 
+def floor_pct(times: list[float]) -> float:
+    """How far one setting timed several times moved, as the least worst |error| any single prediction of them can
+    reach (%): halfway in ratio between the fastest and the slowest, (max - min) / (max + min)."""
+    return 100 * (max(times) - min(times)) / (max(times) + min(times))
+
+
 def host_scaled(spec: PeerSpec, scale: float) -> PeerSpec:
     """The peer's costs on a host whose CPU runs the engine's kernels `scale` times as fast as the host they were
     fitted on (PeerSpec.host_scaled)."""
