@@ -46,7 +46,7 @@ def llamacpp_rounds(files: list[str]) -> dict[tuple, list[float]]:
     call timed in several rounds (-ngl sweeps and exported plans, llama-bench's own thread count)."""
     out: dict[tuple, list[float]] = {}
     for f in files:
-        for e in json.loads(Path(f).read_text())["archs"]:
+        for e in read_json(f, "--llamacpp-calls", "archs", "a file benchmarks/h200_llamacpp.py wrote")["archs"]:
             if "error" in e or "gguf_shape" not in e:
                 continue
             recs = [(rec, f"-ngl {rec['n_gpu_layers']}" + (f" -ncmoe {n}" if (n := rec.get("n_cpu_moe")) else "")
@@ -136,6 +136,20 @@ def peers(report: dict, miss_pct: float) -> dict:
     return out
 
 
+def read_json(path: str, option: str, key: str = "rows",
+              fix: str = "the file the report's --json option wrote") -> dict:
+    """A JSON object holding `key` (a report's --json output: its rows), or one sentence naming the option, the file
+    and the fix."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"repeat_floor: {option} {path!r} cannot be read as JSON ({exc.__class__.__name__}); "
+                         f"give {fix}.") from None
+    if not isinstance(doc, dict) or key not in doc:
+        raise SystemExit(f"repeat_floor: {option} {path!r} holds no {key!r}; give {fix}.")
+    return doc
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--llamacpp-report", help="benchmarks/llamacpp_report.py's --json output")
@@ -148,9 +162,9 @@ def main() -> None:
         raise SystemExit("repeat_floor: give --llamacpp-report or --peers-report (the reports' --json outputs).")
     out = {}
     if a.llamacpp_report:
-        out["llamacpp"] = llamacpp(json.loads(Path(a.llamacpp_report).read_text()), a.llamacpp_calls, a.miss)
+        out["llamacpp"] = llamacpp(read_json(a.llamacpp_report, "--llamacpp-report"), a.llamacpp_calls, a.miss)
     if a.peers_report:
-        out.update(peers(json.loads(Path(a.peers_report).read_text()), a.miss))
+        out.update(peers(read_json(a.peers_report, "--peers-report"), a.miss))
     for engine, parts in out.items():
         for part, v in parts.items():
             runs = v.pop("runs", None)
