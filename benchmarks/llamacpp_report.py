@@ -30,7 +30,7 @@ per call"). llama.cpp's own --fit placements (h200_llamacpp.py --fit-shares) are
 `llamacpp` policy places the model at the budget llama.cpp fitted (its layout compared with the one printed), and
 llama-fit-params' own projection of its GPU memory for each placement it tried against sim.memory.memory_use's.
 Run (docs/peers): python ../../benchmarks/llamacpp_report.py \
-     llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z,aa,ab,ac,ad,ae,af,ag,ah,ai,aj,ak,al,am,an,ao}.json \
+     llamacpp-{a,b,e,f,g,h,i,j,k,l,m,n,o,p,q,s,t,u,v,w,x,y,z,aa,ab,ac,ad,ae,af,ag,ah,ai,aj,ak,al,am,an,ao,ap,aq}.json \
      --fit llamacpp-a.json:llama-8b --fit llamacpp-j.json:qwen3-0.6b --fit llamacpp-j.json:llama-1b \
      --fit llamacpp-i.json:qwen3-4b --fit llamacpp-m.json:llama-1b --fit llamacpp-p.json:llama-1b \
      --fit llamacpp-q.json:llama-1b --fit llamacpp-s.json:llama-1b --fit llamacpp-z.json:llama-1b \
@@ -149,8 +149,7 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
         kind = rec.get("kind", "ngl")
         if {"-t", "--threads"} & set(rec.get("args") or []):  # another thread count (--variant='-t 8'): not priced
             kind = "threads"
-        label = " ".join(rec["args"]) if kind == "threads" else f"-ngl {rec['n_gpu_layers']}" \
-            + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "") + variant_of(rec.get("args") or [])
+        label = " ".join(rec["args"]) if kind == "threads" else ngl_label(rec)
         out.append((kind, rec, run_of(rec, shape, machine, None, label)))
     for exp in entry["exported"]:
         if "error" in exp:
@@ -305,6 +304,12 @@ def fit_runs(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple
                                            layout_same=None if printed is None else printed == layout),
                         dataclasses.replace(run, label=f"{label}, the llamacpp policy's placement", plan=policy)))
     return out
+
+
+def ngl_label(rec: dict) -> str:
+    """A llama-bench record's setting as the report names it: '-ngl N', its -ncmoe and its other arguments."""
+    return f"-ngl {rec['n_gpu_layers']}" + (f" -ncmoe {rec['n_cpu_moe']}" if rec.get("n_cpu_moe") else "") \
+        + variant_of(rec.get("args") or [])
 
 
 def variant_of(args: list[str]) -> str:

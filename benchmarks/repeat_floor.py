@@ -27,7 +27,8 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.llamacpp_report import variant_of
+from benchmarks.llamacpp_report import ngl_label
+from validate.llamacpp_bench import median_time_s
 from validate.peer_calibration import floor_pct
 
 AGREE_PCT = 15.0  # another timing of the setting within this of the prediction: the model agrees with a repeat
@@ -35,31 +36,29 @@ STEADY_FLOOR_PCT = 10.0  # a setting whose timings lie within this floor of each
 
 
 def per_token(rec: dict) -> tuple[str, float]:
-    """A llama-bench record's test and time (median repetition): per token for a generation test, the prompt's time
-    for a prompt test."""
-    t = statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9
+    """A llama-bench record's test and time (its median repetition): per token for a generation test, the prompt's
+    time for a prompt test."""
+    t = median_time_s(rec)
     return (f"tg{rec['n_gen']}", t / rec["n_gen"]) if rec["n_gen"] > 0 else (f"pp{rec['n_prompt']}", t)
 
 
 def llamacpp_rounds(files: list[str]) -> dict[tuple, list[float]]:
-    """(file, arch, run label as the report names it, test) -> each round's time, for the one-sequence settings a
-    call timed in several rounds (-ngl sweeps and exported plans, llama-bench's own thread count)."""
+    """(file, arch, layers, run label as the report names it, test) -> each round's time, for the one-sequence
+    settings a call timed in several rounds (-ngl sweeps and exported plans, llama-bench's own thread count; a call
+    may cut one shape to two layer counts)."""
     out: dict[tuple, list[float]] = {}
     for f in files:
         for e in read_json(f, "--llamacpp-calls", "archs", "a file benchmarks/h200_llamacpp.py wrote")["archs"]:
             if "error" in e or "gguf_shape" not in e:
                 continue
-            recs = [(rec, f"-ngl {rec['n_gpu_layers']}" + (f" -ncmoe {n}" if (n := rec.get("n_cpu_moe")) else "")
-                     + variant_of(rec.get("args") or [])) for rec in e["llamacpp"]
-                    if "avg_ns" in rec and rec.get("kind", "ngl") == "ngl"
-                    and not {"-t", "--threads"} & set(rec.get("args") or [])]
+            recs = [(rec, ngl_label(rec)) for rec in e["llamacpp"] if "avg_ns" in rec
+                    and rec.get("kind", "ngl") == "ngl" and not {"-t", "--threads"} & set(rec.get("args") or [])]
             recs += [(rec, f"exported plan, GPU {exp['fraction']:.0%}") for exp in e["exported"]
                      if "error" not in exp and exp.get("batch", 1) == 1 for rec in exp["bench"] if "avg_ns" in rec]
             for rec, label in recs:
                 test, t = per_token(rec)
-                key = (Path(f).name, e["arch"], label, test, rec.get("load_mode"), rec.get("no_host"))
-                out.setdefault(key, []).append(t)
-    return {k[:4]: v for k, v in out.items() if len(v) > 1}
+                out.setdefault((Path(f).name, e["arch"], e["gguf_shape"]["n_blocks"], label, test), []).append(t)
+    return {k: v for k, v in out.items() if len(v) > 1}
 
 
 def summary(floors: list[float]) -> dict:
@@ -92,29 +91,26 @@ def llamacpp(report: dict, calls: list[str], miss_pct: float) -> dict:
     build, shape, layer count, placement and test), and the model's misses against them."""
     rows = [dict(r, pred=r["predicted_s"]) for r in report["rows"]
             if r["kind"] in ("ngl", "exported") and r["test"].startswith("tg") and r["batch"] == 1]
-    rounds = {k: v for k, v in llamacpp_rounds(calls).items() if k[3].startswith("tg")}
-    across: dict[tuple, list[float]] = {}
-    calls_of: dict[tuple, set] = {}
+    rounds = {k: v for k, v in llamacpp_rounds(calls).items() if k[4].startswith("tg")}
+    across: dict[tuple, dict[str, float]] = {}  # a setting -> each call's median of it
     for r in rows:
-        key = (r["fa_build"], r["arch"], r.get("layers"), r["run"], r["test"])
-        across.setdefault(key, []).append(r["measured_s"])
-        calls_of.setdefault(key, set()).add(r["file"])
-    across = {k: v for k, v in across.items() if len(calls_of[k]) > 1}
+        across.setdefault((r["fa_build"], r["arch"], r["layers"], r["run"], r["test"]), {})[r["file"]] = r["measured_s"]
+    across = {k: v for k, v in across.items() if len(v) > 1}
 
     def timings(r):  # every timing of the row's setting: its rounds, and its medians in the other calls
-        own = rounds.get((r["file"], r["arch"], r["run"], r["test"]), [r["measured_s"]])
-        other = across.get((r["fa_build"], r["arch"], r.get("layers"), r["run"], r["test"]), [])
-        return own + [t for t in other if t != r["measured_s"]]
+        own = rounds.get((r["file"], r["arch"], r["layers"], r["run"], r["test"]), [r["measured_s"]])
+        other = across.get((r["fa_build"], r["arch"], r["layers"], r["run"], r["test"]), {})
+        return own + [t for f, t in other.items() if f != r["file"]]
     held = [r for r in rows if not r["calibration"]]
     table = {id(r): timings(r) for r in held}
     return {"within a call (rounds)": summary([floor_pct(v) for v in rounds.values()]),
-            "across calls": summary([floor_pct(v) for v in across.values()]),
+            "across calls": summary([floor_pct(list(v.values())) for v in across.values()]),
             "held-out runs": misses(held, table, id, miss_pct)}
 
 
 def peers(report: dict, miss_pct: float) -> dict:
     """The same for Accelerate and AirLLM (time per token), from peers_report.py's rows: a call's rounds are its
-    rows of one (arch, run, batch, prompt); across calls, the same with the layer count."""
+    rows of one (arch, layers, run, batch, prompt); across calls, each call's median of them."""
     out = {}
     for engine in ("accelerate", "airllm"):
         rows = [dict(r, pred=r["predicted_tpot_s"], test=f"b{r['batch']} p{r['prompt']}",
@@ -122,8 +118,8 @@ def peers(report: dict, miss_pct: float) -> dict:
         within: dict[tuple, list[float]] = {}
         across: dict[tuple, dict[str, list[float]]] = {}
         for r in rows:
-            within.setdefault((r["file"], r["arch"], r["run"], r["test"]), []).append(r["measured_s"])
-            across.setdefault((r["arch"], r.get("layers"), r["run"], r["test"]), {}).setdefault(
+            within.setdefault((r["file"], r["arch"], r["layers"], r["run"], r["test"]), []).append(r["measured_s"])
+            across.setdefault((r["arch"], r["layers"], r["run"], r["test"]), {}).setdefault(
                 r["file"], []).append(r["measured_s"])
         rounds = {k: v for k, v in within.items() if len(v) > 1}
         calls = {k: [statistics.median(v) for v in per.values()] for k, per in across.items() if len(per) > 1}
@@ -131,7 +127,7 @@ def peers(report: dict, miss_pct: float) -> dict:
         held = [r for r in rows if not r["calibration"]]
         out[engine] = {"within a call (rounds)": summary([floor_pct(v) for v in rounds.values()]),
                        "across calls (each call's median)": summary([floor_pct(v) for v in calls.values()]),
-                       "held-out runs": misses(held, table, lambda r: (r["arch"], r.get("layers"), r["run"], r["test"]),
+                       "held-out runs": misses(held, table, lambda r: (r["arch"], r["layers"], r["run"], r["test"]),
                                                miss_pct)}
     return out
 

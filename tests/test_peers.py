@@ -1907,11 +1907,13 @@ def test_repeat_floor_hand_worked(tmp_path):
     assert abs(p / 2.0 - 1) == pytest.approx(0.2) and abs(p / 3.0 - 1) == pytest.approx(0.2)
     rec = lambda ms, rnd: {"avg_ns": 0, "samples_ns": [ms * 32e6, ms * 32e6 * 9, ms * 32e6], "n_gen": 32,
                            "n_prompt": 0, "n_gpu_layers": 0, "args": ["-ngl", "0"], "round": rnd}
-    call = {"archs": [{"arch": "x", "gguf_shape": {}, "exported": [],
-                       "llamacpp": [rec(2.0, 0), rec(3.0, 1), dict(rec(1.0, 0), n_gpu_layers=4, args=["-ngl", "4"])]}]}
+    call = {"archs": [{"arch": "x", "gguf_shape": {"n_blocks": 4}, "exported": [],
+                       "llamacpp": [rec(2.0, 0), rec(3.0, 1), dict(rec(1.0, 0), n_gpu_layers=4, args=["-ngl", "4"])]},
+                      {"arch": "x", "gguf_shape": {"n_blocks": 2}, "exported": [], "llamacpp": [rec(9.0, 0)]}]}
     (tmp_path / "c.json").write_text(json.dumps(call))
-    rounds = llamacpp_rounds([str(tmp_path / "c.json")])  # the slow middle repetition does not count
-    assert rounds == {("c.json", "x", "-ngl 0", "tg32"): [pytest.approx(2e-3), pytest.approx(3e-3)]}
+    # the slow middle repetition does not count; the same shape cut to 2 layers is another setting
+    rounds = llamacpp_rounds([str(tmp_path / "c.json")])
+    assert rounds == {("c.json", "x", 4, "-ngl 0", "tg32"): [pytest.approx(2e-3), pytest.approx(3e-3)]}
     rows = [{"file": "c.json", "arch": "x", "run": "-ngl 0", "test": "tg32", "pred": 2.1e-3, "error_pct": -30.0},
             {"file": "c.json", "arch": "x", "run": "-ngl 4", "test": "tg32", "pred": 1.5e-3, "error_pct": 50.0},
             {"file": "c.json", "arch": "x", "run": "-ngl 8", "test": "tg32", "pred": 1e-3, "error_pct": 5.0}]

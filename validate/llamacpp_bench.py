@@ -61,6 +61,11 @@ def flash_attn_of(rec: dict) -> str:
     return {0: "off", 1: "on"}.get(rec.get("flash_attn"), "auto")
 
 
+def median_time_s(rec: dict) -> float:
+    """A llama-bench record's median repetition (s): robust to a slow first repetition (a CUDA graph's warm-up)."""
+    return statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9
+
+
 def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None, label: str) -> PeerRun:
     """One llama-bench record as a run: a generation test predicts its time per token (the median repetition's
     total over G tokens), a prompt test its first token; priced with the record's -fa."""
@@ -69,7 +74,7 @@ def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None
     mapped = mapped_of(rec.get("args") or [], rec)
     b = bench_budgets(machine, mapped)
     plan = plan or llamacpp_ngl(shape, machine, w, b, rec["n_gpu_layers"], rec.get("n_cpu_moe") or 0, mapped)
-    t = statistics.median(rec.get("samples_ns") or [rec["avg_ns"]]) / 1e9  # robust to a slow first repetition
+    t = median_time_s(rec)
     # its warm-up run and the repetition before left the decode graph captured (the median repetition replays it)
     return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t,
                    graphs_warm=True, peer_update={"flash_attn": flash_attn_of(rec)})
