@@ -15,7 +15,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import planner.core as core  # noqa: E402
 from sim.plan import Budgets, Workload  # noqa: E402
-from sim.simulate import fast_simulate  # noqa: E402
+from sim.run.simulate import fast_simulate  # noqa: E402
 from tests.test_planner import TOY, brute_force  # noqa: E402  (the test's machine and brute force)
 from tests.toys import toy_model  # noqa: E402
 

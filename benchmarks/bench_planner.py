@@ -12,8 +12,8 @@ from pathlib import Path
 from hwmodels import get_machine, list_machines
 from hwmodels.units import GiB
 from planner import plan_with_report
-from sim.memory import min_vram_bytes
-from sim.models import load_model
+from sim.costs.memory import min_vram_bytes
+from sim.model.resolve import load_model
 from sim.plan import Budgets, Workload
 
 MODELS = ["qwen3-14b", "llama-3.1-70b", "mixtral-8x7b", "deepseek-r1"]

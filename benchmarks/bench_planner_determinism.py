@@ -23,9 +23,9 @@ from hwmodels import get_machine  # noqa: E402
 from hwmodels.units import GiB  # noqa: E402
 from planner import plan_with_report  # noqa: E402
 from planner.evaluator import Evaluator  # noqa: E402
-from planner.options import OPTIONS  # noqa: E402
+from planner.choices import OPTIONS  # noqa: E402
 from planner.pareto import plan_budgets, plan_upgrade  # noqa: E402
-from sim.models import load_model  # noqa: E402
+from sim.model.resolve import load_model  # noqa: E402
 from sim.plan import Budgets, Workload  # noqa: E402
 from tests.test_planner_properties import RAW, SETTINGS, TOY  # noqa: E402
 from tests.toys import toy_model  # noqa: E402

@@ -9,16 +9,16 @@ import time
 from pathlib import Path
 
 from hwmodels import get_machine
-from sim.critical import critical_path
-from sim.fast import evaluate
-from sim.memory import PlanError, min_vram_bytes
-from sim.models import load_model
+from sim.analysis.critical import critical_path
+from sim.run.fast import evaluate
+from sim.costs.memory import PlanError, min_vram_bytes
+from sim.model.resolve import load_model
 from sim.plan import Budgets, Workload
-from sim.plots import gantt
-from sim.policies import POLICIES
-from sim.schedule import build_schedule
-from sim.simulate import simulate
-from sim.timeline import Timeline
+from sim.analysis.plots import gantt
+from sim.engines.placements import POLICIES
+from sim.run.schedule import build_schedule
+from sim.run.simulate import simulate
+from sim.run.timeline import Timeline
 
 
 def speed(reps: int = 3) -> dict:
@@ -49,7 +49,7 @@ def speed(reps: int = 3) -> dict:
 
 def _plain_recurrence_s(sch, args: dict) -> float:
     """The fast evaluator with its recurrence run as plain Python over numpy (is numba worth its install weight?)."""
-    import sim.fast as F
+    import sim.run.fast as F
     compiled, F._recurrence = F._recurrence, F._recurrence_py
     try:
         t = time.perf_counter()

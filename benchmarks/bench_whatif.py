@@ -8,7 +8,7 @@ import time
 
 from hwmodels import get_machine
 from planner.whatif import grid
-from sim.models import load_model
+from sim.model.resolve import load_model
 from sim.plan import Workload
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from _common import figure, result  # noqa: E402
 from hwmodels import get_machine, list_machines  # noqa: E402
-from sim.equations import compression_pays  # noqa: E402
+from sim.costs.equations import compression_pays  # noqa: E402
 
 RATIO = 0.71  # byte-plane zstd on BF16, measured on the H200 run (docs/validation/profile.json)
 S = 1e9

@@ -9,11 +9,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from _common import figure, result  # noqa: E402
 from hwmodels import get_machine  # noqa: E402
 from hwmodels.presets import get_part  # noqa: E402
-from sim.formats import parse_format  # noqa: E402
-from sim.models import load_model  # noqa: E402
+from sim.model.formats import parse_format  # noqa: E402
+from sim.model.resolve import load_model  # noqa: E402
 from sim.plan import Budgets, Workload  # noqa: E402
-from sim.policies import make_plan  # noqa: E402
-from sim.simulate import fast_simulate  # noqa: E402
+from sim.engines.common import make_plan  # noqa: E402
+from sim.run.simulate import fast_simulate  # noqa: E402
 
 model = load_model("deepseek-r1", parse_format("q4_k_m"))
 w = Workload(prompt_tokens=32, new_tokens=4)

@@ -10,11 +10,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from _common import figure, result  # noqa: E402
 from hwmodels import get_machine  # noqa: E402
 from planner import plan_with_report  # noqa: E402
-from sim.memory import PlanError, min_vram_bytes  # noqa: E402
-from sim.models import load_model  # noqa: E402
+from sim.costs.memory import PlanError, min_vram_bytes  # noqa: E402
+from sim.model.resolve import load_model  # noqa: E402
 from sim.plan import Budgets, Workload  # noqa: E402
-from sim.policies import POLICIES  # noqa: E402
-from sim.simulate import fast_simulate  # noqa: E402
+from sim.engines.placements import POLICIES  # noqa: E402
+from sim.run.simulate import fast_simulate  # noqa: E402
 
 machine, model = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
 w = Workload(prompt_tokens=128, new_tokens=8, warm=False)

@@ -10,7 +10,7 @@ from hwmodels import get_machine
 from hwmodels.units import GiB
 from planner import plan_with_report
 from planner.export import to_accelerate, to_llamacpp
-from sim.models import load_model
+from sim.model.resolve import load_model
 from sim.plan import Budgets, Workload
 
 machine, model = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
@@ -39,7 +39,7 @@ with tempfile.TemporaryDirectory() as tmp:
     store = Path(tmp) / "store"
     build_store(ckpt, tiny, store, threads=2)
     tw = Workload(prompt_tokens=16, new_tokens=6)
-    from sim.memory import min_vram_bytes  # noqa: E402
+    from sim.costs.memory import min_vram_bytes  # noqa: E402
     # as at 4 GiB for the real model: room for a few resident layers above the minimum
     tb = Budgets(vram_bytes=min_vram_bytes(tiny, tw) + tiny.total_bytes // 4, ram_bytes=4 * tiny.total_bytes,
                  pinned_bytes=2 * tiny.total_bytes)

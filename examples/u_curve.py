@@ -9,12 +9,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from _common import figure, result  # noqa: E402
 from hwmodels import get_machine  # noqa: E402
 from planner import plan_with_report  # noqa: E402
-from sim.formats import parse_format  # noqa: E402
-from sim.memory import PlanError, activation_bytes, kv_cache_bytes  # noqa: E402
+from sim.model.formats import parse_format  # noqa: E402
+from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes  # noqa: E402
 from sim.plan import Budgets, Workload  # noqa: E402
-from sim.policies import fit_slots, make_plan  # noqa: E402
-from sim.simulate import fast_simulate  # noqa: E402
-from sim.models import load_model  # noqa: E402
+from sim.engines.common import fit_slots, make_plan  # noqa: E402
+from sim.run.simulate import fast_simulate  # noqa: E402
+from sim.model.resolve import load_model  # noqa: E402
 
 machine = get_machine("desktop-4090")
 model = load_model("llama-3.1-70b", parse_format("q4_k_m"))

@@ -12,6 +12,8 @@ from typing import Any
 
 from hwmodels.specs import CpuSpec, GpuSpec, HostMemorySpec, LinkSpec, MachineSpec, StorageSpec
 from hwmodels.units import InputError, parse_bandwidth, parse_bytes, parse_seconds, unknown_name
+from hwmodels.files import load_json
+from hwmodels.specs import default_peers
 
 _PARTS = {"gpu": ("gpus.toml", GpuSpec), "link": ("links.toml", LinkSpec), "storage": ("storage.toml", StorageSpec),
           "host_memory": ("memory.toml", HostMemorySpec), "cpu": ("cpus.toml", CpuSpec)}
@@ -101,7 +103,6 @@ def _machine(name: str) -> tuple[MachineSpec, dict[str, str]]:
         if src:
             sources[path] = src
     if "peers" in entry:  # measured costs of peer engines on this machine (docs/peers.md)
-        from hwmodels.specs import default_peers
         data["peers"] = {k: v.model_dump() for k, v in default_peers().items()}
         for engine, values in entry["peers"].items():
             data["peers"][engine].update(values)
@@ -156,7 +157,6 @@ def load_machine(spec: str) -> MachineSpec:
 
     from pydantic import ValidationError
 
-    from sim.models import load_json
 
     spec = str(spec)
     path = Path(spec)

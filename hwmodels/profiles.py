@@ -3,7 +3,7 @@
 A `ComputeGrid` holds the seconds one unit of one architecture takes on one device, timed inside the engine as it
 runs (back to back, through its own dispatch path), over batch x prompt tokens (prefill, empty cache) and batch x
 context (decode, one new token), either as CUDA graphs (offloadsim's engine) or eagerly (the peers). The simulator
-interpolates it (sim/compute.py). An `H2DPoint` is one measured
+interpolates it (sim/costs/compute.py). An `H2DPoint` is one measured
 host-to-device copy size with its pinned and pageable speeds.
 """
 from __future__ import annotations

@@ -113,7 +113,7 @@ PEER_ENGINES = ("accelerate", "airllm", "llamacpp")
 
 class PeerSpec(Spec):
     """Host-side costs of a peer engine beyond the pipeline it runs (validate/peer_calibration.py fits them on runs
-    of the real engine: benchmarks/h200_peers.py). Seconds on the compute lane unless said otherwise."""
+    of the real engine: lab/campaigns/h200_peers.py). Seconds on the compute lane unless said otherwise."""
     step_s: NonNegativeFloat = Field(default=0.0, description="Per forward step (token): the engine's generation loop "
                                      "around the layers (Accelerate: every run; llama.cpp: a run that computes on "
                                      "the GPU).")
@@ -131,7 +131,7 @@ class PeerSpec(Spec):
                                             "validate/hook_cost.py). A unit loaded to the GPU pays load_module_s.")
     load_unit_s: NonNegativeFloat = Field(default=0.0, description="Per unit loaded for one forward (materialising "
                                           "the layer and cleaning up after it); AirLLM: per module it streams, its "
-                                          "cleanup (sim.schedule.airllm_modules; calibrate times it).")
+                                          "cleanup (sim.run.schedule.airllm_modules; calibrate times it).")
     pin_each_load: bool = Field(default=False, description="Every load is copied into a pinned buffer (pin_memory(): "
                                 "a host memcpy; PyTorch's caching host allocator reuses the pinned blocks).")
     cpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's CPU kernels against the machine's "
@@ -162,10 +162,10 @@ class PeerSpec(Spec):
                                          "runs with the GPU taking part left it from 0.64 (calls G, H, J, AA, AM: "
                                          "Qwen3-0.6B, Llama-3B); docs/peers.md, thirtieth session.")
     cpu_op_s: NonNegativeFloat = Field(default=0.0, description="With cpu_bytes_per_s: per computing operator of a "
-                                       "CPU-computed unit in the engine's own graph (sim.shapes.GGML_OPS; llama.cpp "
+                                       "CPU-computed unit in the engine's own graph (sim.model.shapes.GGML_OPS; llama.cpp "
                                        "joins its threads after each), on top of the streaming time.")
     cpu_row_s: NonNegativeFloat = Field(default=0.0, description="With cpu_bytes_per_s: per output row of a "
-                                        "CPU-computed unit's weight matrices a step (sim.compute.matrix_rows: ggml's "
+                                        "CPU-computed unit's weight matrices a step (sim.costs.compute.matrix_rows: ggml's "
                                         "CPU kernels make one dot product a row, each thread a contiguous run of "
                                         "rows), on top of streaming them; a short row (a narrow model) pays it over "
                                         "fewer bytes.")
@@ -191,12 +191,12 @@ class PeerSpec(Spec):
                                                      "up to MMV_MAX_TOKENS tokens, the GPU grid above.")
     cpu_flops_per_s: PositiveFloat | None = Field(default=None, description="With cpu_bytes_per_s: the rate of the "
                                                   "engine's own CPU matrix kernels; a CPU unit then takes the "
-                                                  "OVERLAP_NORM-norm (sim.compute) of its streaming and multiplying "
+                                                  "OVERLAP_NORM-norm (sim.costs.compute) of its streaming and multiplying "
                                                   "times (they overlap in part). Absent: the roofline with the CPU's "
                                                   "FLOP rate.")
     gpu_offload_split_s: NonNegativeFloat = Field(default=0.0, description="llama.cpp's op offload (a step of at "
                                                   "least the plan's gpu_offload_min_tokens): per weight tensor of a "
-                                                  "CPU-held unit multiplied on the GPU (sim.shapes.ggml_weights), "
+                                                  "CPU-held unit multiplied on the GPU (sim.model.shapes.ggml_weights), "
                                                   "each a split of ggml's scheduler of its own (synchronise, copy, "
                                                   "launch); the unit's attention stays on the CPU with its KV cache "
                                                   "(at cpu_flops_per_s).")
@@ -217,8 +217,8 @@ class PeerSpec(Spec):
                                                                 "where a pageable one goes through the driver's "
                                                                 "staging buffers. Absent: gpu_offload_split_s.")
     gpu_graph_warmup_op_s: NonNegativeFloat = Field(default=0.0, description="With gpu_dispatch 'graph': per "
-                                                    "operator of a GPU-computed unit (sim.shapes.GGML_OPS), on each "
-                                                    "decode step that warms a graph up (sim.schedule."
+                                                    "operator of a GPU-computed unit (sim.model.shapes.GGML_OPS), on each "
+                                                    "decode step that warms a graph up (sim.run.schedule."
                                                     "graph_warmup_steps): llama.cpp's CUDA backend runs a graph whose "
                                                     "shapes changed eagerly once, captures it on the next step and "
                                                     "replays it from then on (ggml-cuda.cu, warmup_complete).")
@@ -227,7 +227,7 @@ class PeerSpec(Spec):
                                   "them, GGML_CUDA_FA=OFF, turns flash attention off once a layer is on the GPU).")
     flash_attn: Literal["auto", "on", "off"] = Field(default="auto", description="llama.cpp's -fa: 'auto' (its "
                                                      "default) fuses every attention unless one would have to run "
-                                                     "on another device than its layer (sim.schedule."
+                                                     "on another device than its layer (sim.run.schedule."
                                                      "ggml_flash_attention); 'on' and 'off' force it.")
     gpu_mm_attention_s: NonNegativeFloat = Field(default=0.0, description="Without flash_attention or with -fa off "
                                                  "(flash_attn): per GPU-computed attention on a decode step of one "
@@ -238,9 +238,9 @@ class PeerSpec(Spec):
                                                  "without, calls E-J against Z).")
     cpu_mm_attention_s: NonNegativeFloat = Field(default=0.0, description="Per CPU-computed attention on a decode "
                                                  "step of one token when llama.cpp's flash attention is off "
-                                                 "(sim.schedule.ggml_flash_attention: -fa off, or a build without "
+                                                 "(sim.run.schedule.ggml_flash_attention: -fa off, or a build without "
                                                  "ggml-cuda's kernels with an attention on the GPU), beyond the "
-                                                 "operators it adds (sim.shapes.FLASH_ATTN_SAVED_OPS at cpu_op_s).")
+                                                 "operators it adds (sim.model.shapes.FLASH_ATTN_SAVED_OPS at cpu_op_s).")
     gpu_compute_scale: PositiveFloat = Field(default=1.0, description="The engine's GPU kernels against the machine's "
                                              "GPU compute grid of its dispatch (offloadsim's engine, torch); with "
                                              "gpu_op_s, for the larger steps only (prefill).")

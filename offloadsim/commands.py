@@ -42,7 +42,7 @@ def hw_detect(args: argparse.Namespace) -> int:
     """`hw detect`: this machine's parts measured where possible, the rest from presets, written as a profile."""
     from offloadsim.detect import detect_machine
     from offloadsim.outputs import check_output
-    from sim.plan import write_atomic
+    from hwmodels.files import write_atomic
 
     out = check_output(args.out, "out", (), (".json",))
     machine, notes = detect_machine(args.disk_path)

@@ -11,8 +11,8 @@ from offloadsim import limits
 from offloadsim.output import emit, fail
 from offloadsim.outputs import atomic, check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
-from sim.attribution import stall_attribution
-from sim.memory import shared_bytes
+from sim.analysis.attribution import stall_attribution
+from sim.costs.memory import shared_bytes
 
 
 def _placement_rows(model, plan, attrib: dict[str, float]) -> list[dict]:

@@ -11,14 +11,14 @@ from offloadsim.output import emit
 from offloadsim.outputs import atomic, check_distinct, check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from planner.engines import unmeasured_notes
-from sim.attribution import stall_attribution
-from sim.critical import critical_path, path_breakdown
-from sim.events import write_chrome_trace
-from sim.interval import cpu_range
-from sim.pipeline import rules
+from sim.analysis.attribution import stall_attribution
+from sim.analysis.critical import critical_path, path_breakdown
+from sim.run.events import write_chrome_trace
+from sim.analysis.interval import cpu_range
+from sim.run.pipeline import rules
 from sim.plan import Plan
-from sim.policies import get_policy
-from sim.simulate import simulate
+from sim.engines.placements import get_policy
+from sim.run.simulate import simulate
 
 
 def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict], machine: MachineSpec) -> str:
@@ -89,7 +89,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
         attrib = [a for a in stall_attribution(model, machine, plan, w, budgets, units=units or None)[: args.attribution]
                   if a["gain_s"] > 0]
     if gantt_out:
-        from sim.plots import gantt
+        from sim.analysis.plots import gantt
         last = max(0, w.new_tokens - 3)
         with atomic(gantt_out) as tmp:
             gantt(events, str(tmp), f"{model.name} on {machine.name}, {plan.policy}, tokens {last}-{w.new_tokens - 1}",

@@ -49,7 +49,7 @@ def _device(device: str | None) -> str | None:
 
 def make_checkpoint_cmd(args: argparse.Namespace) -> int:
     need_torch("make-checkpoint")
-    from sim.families import shape_from_config
+    from sim.model.families import shape_from_config
     from validate.checkpoint import make_checkpoint, make_config
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -75,8 +75,8 @@ def make_checkpoint_cmd(args: argparse.Namespace) -> int:
 
 def calibrate_cmd(args: argparse.Namespace) -> int:
     need_torch("calibrate")
-    from sim.families import shape_from_config
-    from sim.models import preset_config, read_config
+    from sim.model.families import shape_from_config
+    from sim.model.resolve import preset_config, read_config
     out = check_output(args.out, "out", (args.model,), (".json",))
     if not Path(args.dir).is_dir():
         raise InputError(f"dir: {args.dir!r} is not a folder; give a folder on the disk to measure.")
@@ -105,7 +105,7 @@ def _validate_workload(args, shape, machine) -> Workload:
     new = check_count(args.new_tokens, "new-tokens", 1, 1024)
     w = Workload(batch=batch, prompt_tokens=prompt, new_tokens=new, warm=not args.cold)
     limits.check_request(shape, machine, w)
-    from sim.memory import activation_bytes, kv_cache_bytes
+    from sim.costs.memory import activation_bytes, kv_cache_bytes
     need = kv_cache_bytes(shape, w) + 4 * activation_bytes(shape, w)
     room = _host_ram_bytes() // 4
     if need > room:
@@ -117,8 +117,8 @@ def _validate_workload(args, shape, machine) -> Workload:
 
 def validate_cmd(args: argparse.Namespace) -> int:
     need_torch("validate")
-    from sim.models import load_model, read_config
-    from sim.policies import POLICIES
+    from sim.model.resolve import load_model, read_config
+    from sim.engines.placements import POLICIES
     from validate.store import build_store, check_store
 
     ckpt = Path(args.checkpoint)

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from hwmodels.specs import MachineSpec
-from sim.equations import TIERS, Codec, compression_pays, t_prep
-from sim.memory import PlanError
+from sim.costs.equations import TIERS, Codec, compression_pays, t_prep
+from sim.costs.memory import PlanError
 from sim.plan import Budgets, Workload
-from sim.policies import fit_slots, make_plan
-from sim.shapes import ModelShape
-from sim.simulate import fast_simulate
+from sim.engines.common import fit_slots, make_plan
+from sim.model.shapes import ModelShape
+from sim.run.simulate import fast_simulate
 
 
 

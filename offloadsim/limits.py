@@ -10,9 +10,9 @@ import os
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, InputError, check_count, check_real
-from sim.memory import activation_bytes, kv_cache_bytes
+from sim.costs.memory import activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Workload
-from sim.shapes import ModelShape
+from sim.model.shapes import ModelShape
 
 MAX_BATCH = 4096
 MAX_PROMPT_TOKENS = 1_048_576

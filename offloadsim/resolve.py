@@ -5,9 +5,9 @@ import argparse
 
 from hwmodels.units import InputError, parse_bandwidth
 from offloadsim import limits
-from sim.equations import Codec, machine_codec
-from sim.formats import parse_format
-from sim.models import load_model
+from sim.costs.equations import Codec, machine_codec
+from sim.model.formats import parse_format
+from sim.model.resolve import load_model
 from sim.plan import Budgets, Workload
 
 

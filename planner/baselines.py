@@ -1,14 +1,16 @@
-"""Baseline planners, each faithful to its engine (sim.policies), plus traffic-density greedy (Afterimage's default)
+"""Baseline planners, each faithful to its engine (sim.engines.placements), plus traffic-density greedy (Afterimage's default)
 and all-resident. Each returns a Plan or raises PlanError when it cannot run at the budgets."""
 from __future__ import annotations
 
 from typing import Callable
 
 from hwmodels.specs import MachineSpec
-from sim.memory import activation_bytes, kv_cache_bytes
+from sim.costs.memory import activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Plan, Workload
-from sim.policies import POLICIES, fit_slots, make_plan
-from sim.shapes import ModelShape
+from sim.engines.placements import POLICIES
+from sim.engines.common import fit_slots, make_plan
+from sim.model.shapes import ModelShape
+from sim.costs.memory import PlanError
 
 
 def density_greedy(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,
@@ -46,7 +48,6 @@ BASELINES: dict[str, Callable[..., Plan]] = {
 def baseline_plans(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> dict[str, Plan | str]:
     """Each baseline's plan, or the reason it cannot run (each checks its plan against the budgets: check_plan or
     fit_slots)."""
-    from sim.memory import PlanError
     out: dict[str, Plan | str] = {}
     for name, fn in BASELINES.items():
         try:

@@ -13,9 +13,10 @@ import numpy as np
 from planner.evaluator import Evaluator
 from planner.milp import MilpResult, solve
 from planner.candidates import unit_groups
-from planner.options import OPTIONS, RESOURCES, OptionCosts, add_kv_cache, per_size
-from sim.equations import copy_time_s
-from sim.memory import activation_bytes
+from planner.choices import OPTIONS
+from planner.options import RESOURCES, OptionCosts, add_kv_cache, per_size
+from sim.costs.equations import copy_time_s
+from sim.costs.memory import activation_bytes
 
 MODES = ("none", "prefill", "all")
 ROUND = 1e-3   # work rounded down to this relative grid before grouping: still a bound, far fewer groups

@@ -6,9 +6,10 @@ import dataclasses
 import numpy as np
 
 from planner.milp import solve
-from planner.options import OPTIONS, OptionCosts, groups, option_costs, row_classes
+from planner.choices import OPTIONS
+from planner.options import OptionCosts, groups, option_costs, row_classes
 from planner.search import spread
-from sim.memory import activation_bytes
+from sim.costs.memory import activation_bytes
 
 STAGED = {("ram_compressed", "gpu"), ("disk_raw", "gpu"), ("disk_compressed", "gpu")}
 MAX_GROUPS = 40

@@ -21,15 +21,17 @@ from planner.baselines import baseline_plans
 from planner.bound import lower_bound
 from planner.candidates import coarse_groups, milp_candidates
 from planner.evaluator import COMPRESSED, Evaluator, assignment_of, is_planner_runtime, settings_of
-from planner.options import OPTIONS, option_costs, usage
+from planner.choices import OPTIONS
+from planner.options import option_costs, usage
 from planner.search import EXACT_LIMIT, Outcome, Search, exact, exact_size
 from planner.seeds import known_placements
-from sim.equations import Codec, machine_codec
-from sim.fast import Unsupported, warm_up
-from sim.memory import PlanError, activation_bytes, kv_cache_bytes, min_vram_bytes
+from sim.costs.equations import Codec, machine_codec
+from sim.run.fast import Unsupported, warm_up
+from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes, min_vram_bytes
 from sim.plan import Budgets, Placement, Plan, Workload
-from sim.policies import POLICIES
-from sim.shapes import ModelShape
+from sim.engines.placements import POLICIES
+from sim.model.shapes import ModelShape
+from sim.run.simulate import fast_simulate, simulate
 
 SAFETY_S = 300.0   # wall-clock safety net of the search (reported when it fires; never the normal stop)
 MAX_EVALS = 20_000  # deterministic safety net on the plans the search scores (reported when it fires)
@@ -259,7 +261,6 @@ def _judge(model, machine, real, budgets, codec, tiers, allow_cpu, objective, co
         plan = ev_real.plan(*plan)
     summary = {}
     if confirm:
-        from sim.simulate import fast_simulate, simulate
         summary = simulate(model, machine, plan, real, budgets).summary if len(model.units) < SIMPY_MAX_UNITS else \
             fast_simulate(model, machine, plan, real, budgets)
     return PlanReport(plan, summary, bound, base_times, len(scored), time.perf_counter() - t0,
@@ -282,7 +283,6 @@ def _simulated(model, machine, p: Plan, real: Workload, budgets: Budgets, ev_rea
         s = ev_real.summary(a, settings_of(p))
         if s is not None:
             return s
-    from sim.simulate import fast_simulate
     return fast_simulate(model, machine, p, real, budgets)  # raises PlanError when over budget
 
 

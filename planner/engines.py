@@ -19,13 +19,17 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import unknown_name
-from sim.equations import copy_time_s
+from sim.costs.equations import copy_time_s
 from planner.export import LLAMACPP_FAMILIES
-from sim.memory import PlanError, activation_bytes, kv_cache_bytes
+from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Plan, Workload
-from sim.policies import OFFLOAD_MIN_TOKENS, POLICIES, largest_feasible, llamacpp_ngl
-from sim.policies import accelerate_map as run_map
-from sim.shapes import ModelShape, param_modules
+from sim.engines.llamacpp.layout import OFFLOAD_MIN_TOKENS, llamacpp_ngl
+from sim.engines.placements import POLICIES
+from sim.engines.common import largest_feasible
+from sim.engines.placements import accelerate_map as run_map
+from sim.model.shapes import ModelShape, param_modules
+from sim.run.simulate import fast_simulate
+from planner.core import plan_with_report
 
 ENGINES = ("offloadsim", "accelerate", "llamacpp", "airllm")
 
@@ -44,7 +48,6 @@ class EnginePlan:
 
 
 def _simulate(model, machine, plan, w, budgets) -> dict:
-    from sim.simulate import fast_simulate
     return fast_simulate(model, machine, plan, w, budgets)
 
 
@@ -186,7 +189,7 @@ def _llamacpp(model, machine, w, budgets, objective: str = "token") -> Plan:
         b = best()
         score(b - 1), score(b + 1)
     fastest = min(t for t, _ in times.values())
-    try:  # llama.cpp's own placement (--fit, sim/llamacpp_fit.py): its partial layers are in neither family
+    try:  # llama.cpp's own placement (--fit, sim/engines/llamacpp/fit.py): its partial layers are in neither family
         fit = POLICIES["llamacpp"](model, machine, w, budgets)
         if _score(_simulate(model, machine, fit, _ranking(w), budgets), w, objective) < fastest * (1 - 1e-9):
             return fit.model_copy(update={"policy": "llamacpp-planned (the placement of its own --fit)"})
@@ -206,7 +209,6 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
     if engine not in ENGINES:
         raise unknown_name("engine", engine, list(ENGINES))
     if engine == "offloadsim":
-        from planner.core import plan_with_report
         rep = plan_with_report(model, machine, w, budgets, confirm=False, seeds=seeds, **planner_kw)
         if not rep.plan.feasible:
             return EnginePlan(engine, None, reason=rep.plan.reason)

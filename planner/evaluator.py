@@ -3,8 +3,8 @@
 An assignment is an int array (one OPTIONS index per unit) with loader settings (prefetch depth, VRAM slots, pinned
 slots, GPU offload threshold). The item order and the compute times do not depend on the plan (expert draws are
 seeded by the workload), so two `build_schedule` calls (every unit on the GPU, every unit on the CPU) give all of
-them; each plan then only picks columns. The memory accounting follows `sim.memory.memory_use`, and the timing is
-`sim.fast.evaluate` itself; tests/test_planner_evaluator.py checks the result against `fast_simulate`.
+them; each plan then only picks columns. The memory accounting follows `sim.costs.memory.memory_use`, and the timing is
+`sim.run.fast.evaluate` itself; tests/test_planner_evaluator.py checks the result against `fast_simulate`.
 """
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ import dataclasses
 import numpy as np
 
 from hwmodels.specs import MachineSpec
-from planner.options import OPTIONS
-from sim.compute import has_pinned_cpu_grid
-from sim.equations import STAGED_TIERS, Codec
-from sim.fast import evaluate
-from sim.memory import MemoryUse, activation_bytes, kv_cache_bytes, unit_kv_bytes
-from sim.metrics import step_times, summary
+from planner.choices import OPTIONS
+from sim.costs.compute import has_pinned_cpu_grid
+from sim.costs.equations import STAGED_TIERS, Codec
+from sim.run.fast import evaluate
+from sim.costs.memory import MemoryUse, activation_bytes, kv_cache_bytes, unit_kv_bytes
+from sim.analysis.metrics import step_times, summary
 from sim.plan import Budgets, Placement, Plan, Workload
-from sim.schedule import COLUMNS, Schedule, build_schedule, link_at_s, offload_kv_move_s
-from sim.shapes import ModelShape, UnitShape
+from sim.run.items import COLUMNS, Schedule
+from sim.run.schedule import build_schedule, link_at_s, offload_kv_move_s
+from sim.model.shapes import ModelShape, UnitShape
+from sim.run.reads import warm_contents
 
 Settings = tuple[int, int, int, int | None]   # (prefetch depth, VRAM slots, pinned slots, gpu_offload_min_tokens)
 TIER = np.array([t for t, _ in OPTIONS])
@@ -57,7 +59,7 @@ class Evaluator:
         self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)
         self.is_expert = np.array([u.expert is not None for u in model.units])
         self.is_embedding = np.array([u.kind == "embedding" for u in model.units])
-        # a head tied to the embedding holds no bytes of its own while both are resident (sim.memory)
+        # a head tied to the embedding holds no bytes of its own while both are resident (sim.costs.memory)
         head = next((i for i, u in enumerate(model.units) if u.kind == "lm_head"), None)
         self.tied = (int(np.flatnonzero(self.is_embedding)[0]), head, model.units[head].tied_nbytes) \
             if model.tied_head else None
@@ -65,7 +67,7 @@ class Evaluator:
         self.unit_kv = np.array(unit_kv_bytes(model, w), dtype=np.int64)  # on the device that computes the unit
         self.fixed_vram = self.kv_bytes + self.act_bytes  # the most: every layer computed on the GPU
         self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
-        # a CPU-option unit multiplied on the GPU for a big step moves its cache (sim.schedule.offload_kv_move_s)
+        # a CPU-option unit multiplied on the GPU for a big step moves its cache (sim.run.schedule.offload_kv_move_s)
         moves: dict[tuple[int, int], tuple[float, float]] = {}
         for ui, st in zip(self.unit.tolist(), self.step.tolist()):
             if (ui, st) not in moves:
@@ -75,7 +77,7 @@ class Evaluator:
                                                  dtype=float).reshape(-1, 2).T
         # one flat table per column over (offload, option, unit): an item's value is one take
         self.flat = like.flat if like else self._flat()
-        # the items' steps as runs of one step: a step's end is the latest end of its runs (sim.metrics.step_times)
+        # the items' steps as runs of one step: a step's end is the latest end of its runs (sim.analysis.metrics.step_times)
         self.runs = np.flatnonzero(np.r_[True, self.step[1:] != self.step[:-1]])
         self.run_steps = Schedule(step=self.step[self.runs], n_steps=gpu.n_steps)
         self.evaluations = 0
@@ -96,7 +98,7 @@ class Evaluator:
         return {c: np.stack([rows[False][c], rows[True][c]]).ravel() for c in ROW_COLUMNS}
 
     def _rows(self, offload: bool) -> dict[str, np.ndarray]:
-        """Per (option, unit): the step-invariant columns of sim.schedule, read off schedules of a stand-in model
+        """Per (option, unit): the step-invariant columns of sim.run.schedule, read off schedules of a stand-in model
         with one dense unit per distinct size (the columns depend only on the size, the option and the offload)."""
         sizes, inverse = np.unique(self.nb_int, return_inverse=True)
         units = tuple(UnitShape(name=f"s{i}", kind="decoder", block=i, modules=(f"s{i}",), matrix_params=int(b) // 2,
@@ -125,7 +127,7 @@ class Evaluator:
             top = np.zeros(len(OPTIONS), dtype=np.int64)   # per option, its largest unit (0: none)
             np.maximum.at(top, assign, self.nb_int)
             # offloaded (a big step): the CPU options' units pass through the slots, a CPU embedding excepted (its
-            # rows are looked up in place, sim.memory.streamed_units)
+            # rows are looked up in place, sim.costs.memory.streamed_units)
             top_off = np.where(ON_CPU, 0, top)
             np.maximum.at(top_off, assign, np.where(self.is_embedding | ~ON_CPU[assign], 0, self.nb_int))
             ram_w = int(round(per_opt[RAM_PAGEABLE].sum()))
@@ -135,7 +137,7 @@ class Evaluator:
             cpu = ON_CPU[assign]
             self._last = (key, {
                 "kv_gpu": int(self.unit_kv[~cpu].sum()), "kv_cpu": int(self.unit_kv[cpu].sum()),
-                "kv_copy": int(self.unit_kv[cpu].max(initial=0)),  # sim.memory.split_kv_bytes
+                "kv_copy": int(self.unit_kv[cpu].max(initial=0)),  # sim.costs.memory.split_kv_bytes
                 "compressed": bool((present & COMPRESSED).any()),
                 "slot": {off: int(t[opts].max()) for (off, opts), t in zip(SLOTTED.items(), (top, top_off))},
                 "pin_slot": {off: int(t[opts & STAGED].max())
@@ -152,7 +154,7 @@ class Evaluator:
         return nbytes if IN_VRAM[assign[emb]] and IN_VRAM[assign[head]] else 0
 
     def memory(self, assign: np.ndarray, s: Settings) -> MemoryUse | None:
-        """sim.memory.memory_use for this assignment, or None when it exceeds a budget."""
+        """sim.costs.memory.memory_use for this assignment, or None when it exceeds a budget."""
         b, p = self.budgets, self._parts(assign)
         if self.codec is None and p["compressed"]:
             return None
@@ -195,12 +197,11 @@ class Evaluator:
         return got
 
     def schedule(self, assign: np.ndarray, s: Settings, mem: MemoryUse) -> Schedule:
-        """The schedule sim.schedule.build_schedule would lay out for this plan (same columns, same order)."""
+        """The schedule sim.run.schedule.build_schedule would lay out for this plan (same columns, same order)."""
         sch = dataclasses.replace(self.sched_gpu, unit=self.unit, step=self.step, memory=mem,
                                   cache_capacity_bytes=mem.page_cache_bytes, warm_keys=[], **self.columns(assign, s[3]))
         if self.w.warm:
-            from sim.schedule import _warm_contents
-            sch.warm_keys = _warm_contents(sch)
+            sch.warm_keys = warm_contents(sch)
         return sch
 
     def run(self, assign: np.ndarray, s: Settings):
@@ -217,7 +218,7 @@ class Evaluator:
         return None if out is None else step_times(self.run_steps, np.maximum.reduceat(out[1].c_end, self.runs))
 
     def summary(self, assign: np.ndarray, s: Settings) -> dict | None:
-        """sim.simulate.fast_simulate's summary for this plan."""
+        """sim.run.simulate.fast_simulate's summary for this plan."""
         out = self.run(assign, s)
         if out is None:
             return None

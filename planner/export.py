@@ -7,9 +7,9 @@ import re
 import shlex
 
 from hwmodels.units import GiB, InputError
-from sim.memory import activation_bytes, kv_cache_bytes, resident_weight_bytes
+from sim.costs.memory import activation_bytes, kv_cache_bytes, resident_weight_bytes
 from sim.plan import Plan, Workload
-from sim.shapes import ModelShape
+from sim.model.shapes import ModelShape
 
 LLAMACPP_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 

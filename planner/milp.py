@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from planner.options import OPTIONS, RESOURCES, OptionCosts
+from planner.choices import OPTIONS
+from planner.options import RESOURCES, OptionCosts
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from hwmodels.specs import MachineSpec
-from sim.equations import TIERS, Codec, copy_time_s, unpack_time_s
-from sim.memory import unit_kv_bytes
+from sim.costs.equations import Codec, copy_time_s, unpack_time_s
+from sim.costs.memory import unit_kv_bytes
 from sim.plan import Budgets, Workload
-from sim.shapes import ModelShape, UnitShape
+from sim.model.shapes import ModelShape, UnitShape
+from sim.costs.compute import cpu_compute_s, gpu_compute_s, has_pinned_cpu_grid
+from sim.model.routing import ExpertRouter
+from planner.choices import OPTIONS
+from planner.evaluator import Evaluator
 
-GPU_OPTIONS = TIERS
-OPTIONS: tuple[tuple[str, str], ...] = tuple((t, "gpu") for t in GPU_OPTIONS) + (
-    ("ram_pinned", "cpu"), ("ram_pageable", "cpu"), ("disk_raw", "cpu"))
 RESOURCES = ("compute", "copy", "read", "unpack")
 
 
@@ -35,7 +36,6 @@ def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "al
     phase: 'all' (the whole request) or 'decode' (per decode step: steps 1.. divided by their number).
     `ev`: a planner.evaluator.Evaluator for this request, whose schedules are reused."""
     if ev is None:
-        from planner.evaluator import Evaluator
         ev = Evaluator(model, machine, w, Budgets.unlimited(), None)
     n = len(model.units)
     keep = ev.step >= (1 if phase == "decode" and w.new_tokens > 1 else 0)
@@ -50,8 +50,6 @@ def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "al
 
 
 def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
-    from sim.compute import cpu_compute_s, gpu_compute_s, has_pinned_cpu_grid
-    from sim.routing import ExpertRouter
     router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew)
     decode_steps = max(w.new_tokens - 1, 0)
     mems = ("pageable", "pinned") if has_pinned_cpu_grid(machine) else ("pageable",)  # the faster, for the bound
@@ -89,7 +87,7 @@ def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
     return uses, gpu_s, cpu_s
 
 
-# what a unit's compute time can depend on: every field but where the unit sits (sim.compute reads none of those)
+# what a unit's compute time can depend on: every field but where the unit sits (sim.costs.compute reads none of those)
 SHAPE_FIELDS = tuple(f for f in UnitShape.model_fields if f not in ("name", "block", "expert", "modules"))
 
 
@@ -161,7 +159,7 @@ def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usag
 
 def add_kv_cache(model: ModelShape, w: Workload, vram: np.ndarray, ram: np.ndarray) -> None:
     """Each unit's KV cache, in place: in VRAM for the options that compute it on the GPU, in RAM for the CPU's
-    (sim.memory.split_kv_bytes; the prompt's copy of a CPU layer's cache to the GPU is left to the evaluator)."""
+    (sim.costs.memory.split_kv_bytes; the prompt's copy of a CPU layer's cache to the GPU is left to the evaluator)."""
     kv = np.array(unit_kv_bytes(model, w), dtype=float)
     on_gpu = np.array([dev == "gpu" for _, dev in OPTIONS])
     vram[:, on_gpu] += kv[:, None]

@@ -9,10 +9,10 @@ import numpy as np
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB
 from planner.core import PlanReport, peer_plans, plan_with_report
-from sim.memory import min_vram_bytes
+from sim.costs.memory import min_vram_bytes
 from sim.plan import OS_RESERVE_BYTES, Budgets, Workload
-from sim.simulate import fast_simulate
-from sim.shapes import ModelShape
+from sim.run.simulate import fast_simulate
+from sim.model.shapes import ModelShape
 
 
 def contains(big: Budgets, small: Budgets) -> bool:

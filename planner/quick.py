@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from hwmodels.specs import MachineSpec
 from planner.baselines import density_greedy
-from sim.fast import Unsupported
-from sim.memory import PlanError, activation_bytes, kv_cache_bytes
+from sim.run.fast import Unsupported
+from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Plan, Workload
-from sim.policies import OFFLOAD_MIN_TOKENS, POLICIES, fit_slots, make_plan
-from sim.simulate import fast_simulate
-from sim.shapes import ModelShape
+from sim.engines.llamacpp.layout import OFFLOAD_MIN_TOKENS
+from sim.engines.placements import POLICIES
+from sim.engines.common import fit_slots, make_plan
+from sim.run.simulate import fast_simulate
+from sim.model.shapes import ModelShape
 
 
 def hybrids(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> list[Plan]:

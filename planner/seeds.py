@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.evaluator import Evaluator
-from planner.options import OPTIONS, Usage
+from planner.choices import OPTIONS
+from planner.options import Usage
 
 J = {o: j for j, o in enumerate(OPTIONS)}
 

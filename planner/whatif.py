@@ -12,7 +12,7 @@ from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, InputError, parse_bytes, parse_link
 from planner.quick import quick_plan
 from sim.plan import OS_RESERVE_BYTES, Budgets, Workload
-from sim.shapes import ModelShape
+from sim.model.shapes import ModelShape
 
 KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu")
 

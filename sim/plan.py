@@ -5,8 +5,6 @@ Plans are made by policies and the planner; the simulator and the engine only co
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -14,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, InputError
-from sim.equations import Codec, Tier
+from sim.costs.equations import Codec, Tier
+from hwmodels.files import load_json, write_atomic
 
 PLAN_VERSION = 1
 OS_RESERVE_BYTES = 4 * GiB  # RAM the default budget leaves to the OS and other programs [E]
@@ -67,7 +66,6 @@ class Plan(Spec):
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
         """Read and check a plan file; raises InputError naming the field, the value and the fix."""
-        from sim.models import load_json
 
         data = load_json(Path(path), "plan", MAX_PLAN_BYTES, "give a plan JSON written by 'offloadsim plan'")
         if not isinstance(data, dict):
@@ -114,15 +112,3 @@ class Budgets(Spec):
         ram_b = ram if ram is not None else max(machine.host_memory.capacity_bytes - OS_RESERVE_BYTES, 0)
         return cls(vram_bytes=vram if vram is not None else machine.gpu.vram_bytes, ram_bytes=ram_b,
                    pinned_bytes=pinned if pinned is not None else ram_b // 2)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -35,9 +35,9 @@ def test_prepare_warms_eager_units_and_leaves_clean_caches():
     """Before the clock, every unit with weights in place runs one decode step (CPU-placed ones on the CPU); the
     caches it wrote are zeroed and the step state reset, so the timed run starts from the same state as without it."""
     from hwmodels.presets import load_machine
-    from sim.families import shape_from_config
+    from sim.model.families import shape_from_config
     from sim.plan import Workload
-    from sim.policies import make_plan
+    from sim.engines.common import make_plan
     from validate.checkpoint import make_config
     from validate.compute_grid import random_blobs
     from validate.engine import Engine

@@ -1,7 +1,7 @@
 """Eq. (1), eq. (2) and the roofline on hand-worked numbers."""
 import pytest
 
-from sim.equations import Codec, compression_pays, roofline_s, t_prep
+from sim.costs.equations import Codec, compression_pays, roofline_s, t_prep
 
 
 def test_t_prep_by_tier(toy_machine):
@@ -36,7 +36,7 @@ def test_roofline():
 
 def test_laptop_qwen_layer_read_and_copy():
     from hwmodels import get_machine
-    from sim.models import load_model
+    from sim.model.resolve import load_model
     m, q = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
     p = t_prep(q.unit("model.layers.0").nbytes, "disk_raw", m)
     assert p.read_s == pytest.approx(0.29, abs=0.01)

@@ -1,4 +1,4 @@
-"""The hand-written family tables (sim/families.py) against transformers' own models (issue 14): every preset's
+"""The hand-written family tables (sim/model/families.py) against transformers' own models (issue 14): every preset's
 config, cut to two blocks, built on the meta device (no memory, no hub); the parameters and persistent buffers of
 each block, the embedding and the head must add up to the units' parameters exactly. This is where a layout change
 in transformers (e.g. fused experts) shows up."""
@@ -6,8 +6,8 @@ import collections
 
 import pytest
 
-from sim.families import shape_from_config
-from sim.models import preset_config
+from sim.model.families import shape_from_config
+from sim.model.resolve import preset_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -49,7 +49,7 @@ def test_accelerate_export_names_real_modules(preset, extra):
     from hwmodels import get_machine
     from planner.export import to_accelerate
     from sim.plan import Workload
-    from sim.policies import make_plan
+    from sim.engines.common import make_plan
     cfg = dict(preset_config(preset), num_hidden_layers=2, **extra)
     cfg.pop("quantization_config", None)
     shape = shape_from_config(cfg)
@@ -66,10 +66,10 @@ def test_accelerate_export_names_real_modules(preset, extra):
 
 @pytest.mark.parametrize("preset, extra", CASES)
 def test_layout_read_from_transformers_equals_the_table(preset, extra):
-    """The fallback for families without a table (sim/hf_shapes.py) gives, on every family that has one, the same
+    """The fallback for families without a table (sim/model/from_hf.py) gives, on every family that has one, the same
     units: kind, block, expert, parameters, bytes and FLOP parameters (names may differ: checkpoint vs module)."""
-    from sim.families import default_format
-    from sim.hf_shapes import shape_from_transformers
+    from sim.model.families import default_format
+    from sim.model.from_hf import shape_from_transformers
     cfg = dict(preset_config(preset), num_hidden_layers=2, **extra)
     cfg.pop("quantization_config", None)
     table = shape_from_config(cfg)
@@ -110,13 +110,13 @@ PLACEMENT_CASES = [("llama-3.1-8b", {"num_hidden_layers": 6}),
 
 @pytest.mark.parametrize("preset, extra", PLACEMENT_CASES)
 def test_accelerate_placement_equals_transformers_device_map(preset, extra):
-    """sim.policies.accelerate_tiers against transformers' own infer_auto_device_map (what from_pretrained with
+    """sim.engines.placements.accelerate_tiers against transformers' own infer_auto_device_map (what from_pretrained with
     device_map="auto" and one GPU runs) on the meta model, over a grid of GPU and RAM budgets: every unit lands where
     transformers puts it, a head tied to the embedding (placed with it) and an MoE's fused experts included."""
     from transformers.integrations.accelerate import infer_auto_device_map
     from planner.export import tiers_from_device_map
     from sim.plan import Budgets
-    from sim.policies import accelerate_tiers
+    from sim.engines.placements import accelerate_tiers
     cfg = dict(preset_config(preset), **extra)
     cfg.pop("quantization_config", None)
     shape = shape_from_config(cfg)

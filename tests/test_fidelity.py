@@ -5,13 +5,13 @@ import math
 import pytest
 
 from hwmodels.profiles import ComputeGrid, H2DPoint
-from sim.compute import gpu_compute_s, grid_time_s, signature
-from sim.fast import evaluate
-from sim.equations import copy_bytes_per_s
-from sim.load import load_time_s
+from sim.costs.compute import gpu_compute_s, grid_time_s, signature
+from sim.run.fast import evaluate
+from sim.costs.equations import copy_bytes_per_s
+from sim.costs.load import load_time_s
 from sim.plan import Workload
-from sim.schedule import build_schedule
-from sim.simulate import simulate
+from sim.run.schedule import build_schedule
+from sim.run.simulate import simulate
 from tests.toys import BIG, toy_model, toy_plan
 
 ONE = Workload(batch=1, prompt_tokens=1, new_tokens=1)
@@ -183,15 +183,15 @@ def test_engine_startup_delays_the_loads(toy_machine):
     assert base == pytest.approx(5.2)
     res = simulate(m, machine, plan, ONE, BIG)
     assert res.summary["ttft_s"] == pytest.approx(5.8)
-    from sim.simulate import fast_simulate
+    from sim.run.simulate import fast_simulate
     assert fast_simulate(m, machine, plan, ONE, BIG)["ttft_s"] == pytest.approx(5.8)
 
 
 def test_compute_times_are_not_shared_between_units_that_differ_in_kv_or_hidden(toy_machine):
     """Modelling bug 5: the compute cache keyed on (kind, bytes, FLOP params, ...) gave two units that differ only in
     KV bytes and hidden size the same time. Roofline on the toy: bytes touched / 10 B/s."""
-    from sim.formats import parse_format
-    from sim.shapes import ModelShape, UnitShape
+    from sim.model.formats import parse_format
+    from sim.model.shapes import ModelShape, UnitShape
     base = dict(kind="decoder", matrix_params=2, nbytes=4, flop_params=0, launches=0)
     units = (UnitShape(name="a", block=0, modules=("a",), hidden=0, kv_bytes_per_token=0, **base),
              UnitShape(name="b", block=1, modules=("b",), hidden=1, kv_bytes_per_token=2, **base))
@@ -237,7 +237,7 @@ def test_engine_overhead_idles_the_compute_lane_before_the_kernels(toy_machine):
 
 
 def test_cpu_units_are_priced_by_the_grid_of_the_memory_their_weights_sit_in(toy_machine):
-    from sim.compute import cpu_compute_s
+    from sim.costs.compute import cpu_compute_s
     from sim.plan import Placement
     m = toy_model()
     u0 = m.units[0]
@@ -312,7 +312,7 @@ def test_repeated_grid_rounds_give_the_median_and_the_spread():
 
 def test_cpu_grids_interleave_pageable_and_pinned_rounds(monkeypatch):
     """calibrate times the CPU grids pageable, pinned, pageable, pinned, ... and keeps each point's median."""
-    import validate.compute_grid as cg
+    import validate.calibrate as cal
     from validate.calibrate import cpu_grids
     u = toy_model().units[0]
     calls = []
@@ -320,7 +320,7 @@ def test_cpu_grids_interleave_pageable_and_pinned_rounds(monkeypatch):
     def fake(config, machine, device, memory, **kw):
         calls.append(memory)
         return [grid_for(u, device="cpu", memory=memory, decode_s=((0.1 * len(calls), 0.3), (0.2, 0.6)))]
-    monkeypatch.setattr(cg, "measure_grids", fake)
+    monkeypatch.setattr(cal, "measure_grids", fake)
     got = cpu_grids({}, None, {}, 3)
     assert calls == ["pageable", "pinned"] * 3
     assert [(g.memory, g.decode_s[0][0]) for g in got] == [("pageable", pytest.approx(0.3)), ("pinned", pytest.approx(0.4))]
@@ -332,11 +332,11 @@ def test_cpu_range_is_a_90pct_interval_from_the_measured_spread(toy_machine):
     lies within 1.6449 sigma sqrt(4/3) of their mean 90% of the time: k = 1.6449 x 1.1547 x sqrt(pi) / 3 = 1.1222
     spreads, so the CPU's 0.8 s spans 0.8 x (1 -+ 0.2244) and the token 1.6204-1.9796 s. Timed once (no spread), or
     with nothing on the CPU, there is no range."""
-    from sim.interval import cpu_range, expected_range, interval_factor
+    from sim.analysis.interval import cpu_range, expected_range, interval_factor
     assert expected_range(3) == pytest.approx(3 / math.sqrt(math.pi), rel=1e-6)
     assert expected_range(2) == pytest.approx(2 / math.sqrt(math.pi), rel=1e-6)
     assert interval_factor(3) == pytest.approx(1.6448536 * math.sqrt(4 / 3) * math.sqrt(math.pi) / 3, rel=1e-6)
-    from sim.simulate import fast_simulate
+    from sim.run.simulate import fast_simulate
     m = toy_model((4, 8, 2))
     g = grid_for(m.units[0], device="cpu", prefill_s=((0.8, 0.8), (0.8, 0.8)), decode_s=((0.8, 0.8), (0.8, 0.8)))
     base = toy_plan(m, ["ram_pageable", "vram", "vram"])
@@ -358,7 +358,7 @@ def test_cpu_range_is_a_90pct_interval_from_the_measured_spread(toy_machine):
 def test_graph_replay_pays_less_per_kernel_than_eager_launches(toy_machine):
     """A unit of 10 launches, 4 B at 10 B/s (0.4 s): eager 10 x 10 us more, replayed from a graph 10 x 2 us more, or
     10 x 2.5 us (a quarter of the eager overhead) when the machine does not say."""
-    from sim.compute import gpu_compute_s
+    from sim.costs.compute import gpu_compute_s
     u = toy_model((4,)).units[0].model_copy(update={"launches": 10})
     gpu = toy_machine.gpu.model_copy(update={"kernel_overhead_s": 10e-6, "graph_kernel_overhead_s": 2e-6})
     m = toy_machine.model_copy(update={"gpu": gpu})

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from hwmodels import get_machine
 from offloadsim.cli import main
-from sim.models import load_model
+from sim.model.resolve import load_model
 from sim.plan import Budgets, Workload
-from sim.policies import get_policy
+from sim.engines.placements import get_policy
 
 FAST = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

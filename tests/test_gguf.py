@@ -6,7 +6,7 @@ gguf = pytest.importorskip("gguf")
 
 from hwmodels.units import InputError  # noqa: E402
 from offloadsim.cli import main  # noqa: E402
-from sim.models import load_model  # noqa: E402
+from sim.model.resolve import load_model  # noqa: E402
 
 Q8 = gguf.GGMLQuantizationType.Q8_0
 H, FF, VOCAB, HEADS, KV = 64, 128, 256, 4, 2   # head_dim 16, K/V projections 32 rows
@@ -165,7 +165,7 @@ def test_dtype_with_a_gguf_is_refused(tmp_path):
     path = tmp_path / "tiny.gguf"
     write_llama(path)
     with pytest.raises(InputError, match="drop --dtype"):
-        from sim.formats import parse_format
+        from sim.model.formats import parse_format
         load_model(str(path), parse_format("bf16"))
 
 
@@ -199,7 +199,7 @@ def test_calibrate_peer_prices_each_record_with_its_own_flash_attention(tmp_path
     times recorded as auto it would not."""
     import json
     from hwmodels.presets import load_machine
-    from sim.shapes import ATTENTION_KINDS, FLASH_ATTN_SAVED_OPS
+    from sim.model.shapes import ATTENTION_KINDS, FLASH_ATTN_SAVED_OPS
     from validate.llamacpp_bench import run_of
     from validate.peer_calibration import host_scaled, predict, with_peer
     path = tmp_path / "m.gguf"

@@ -6,13 +6,13 @@ import pytest
 from hwmodels import get_machine
 from hwmodels.units import GiB, InputError, parse_bandwidth, parse_bytes, parse_seconds
 from offloadsim.cli import main
-from sim.attribution import stall_attribution
-from sim.equations import read_time_s
-from sim.memory import memory_use
-from sim.models import load_model
-from sim.pagecache import PageCache, inactive_ratio
+from sim.analysis.attribution import stall_attribution
+from sim.costs.equations import read_time_s
+from sim.costs.memory import memory_use
+from sim.model.resolve import load_model
+from sim.run.pagecache import PageCache, inactive_ratio
 from sim.plan import Budgets, Placement, Plan, Workload
-from sim.policies import get_policy
+from sim.engines.placements import get_policy
 
 
 

@@ -2,11 +2,11 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sim.equations import Codec
-from sim.fast import Unsupported, evaluate
+from sim.costs.equations import Codec
+from sim.run.fast import Unsupported, evaluate
 from sim.plan import Budgets, Workload
-from sim.schedule import build_schedule
-from sim.simulate import fast_simulate, simulate
+from sim.run.schedule import build_schedule
+from sim.run.simulate import fast_simulate, simulate
 from tests.conftest import TOY
 from tests.toys import BIG, toy_model, toy_plan
 
@@ -154,7 +154,7 @@ def test_airllm_faulting_loader(sizes, spare, warm, cleanup, tokens):
     fast evaluator gives the SimPy timeline's times, the faulted part of every wait is non-negative and within the
     item's engine cost, and a warm page cache is never slower."""
     from hwmodels.specs import PeerSpec
-    from sim.policies import POLICIES
+    from sim.engines.placements import POLICIES
     from validate.peer_calibration import with_peer
     model = toy_model(tuple(sizes))
     m = with_peer(TOY, "airllm", PeerSpec(pin_each_load=True, mmap_reads=True, load_unit_s=cleanup))

@@ -1,11 +1,11 @@
-"""The launch counts of sim/shapes.py LAUNCHES, counted: the aten ops that launch a kernel in transformers' eager
+"""The launch counts of sim/model/shapes.py LAUNCHES, counted: the aten ops that launch a kernel in transformers' eager
 forward of one decode step, attributed to each module by forward hooks (a small random Llama and Qwen3 on the CPU;
 the same ops launch one kernel each on a GPU)."""
 import pytest
 
-from sim.families import shape_from_config
-from sim.models import preset_config
-from sim.shapes import LAUNCHES, QK_NORM_LAUNCHES
+from sim.model.families import shape_from_config
+from sim.model.resolve import preset_config
+from sim.model.shapes import LAUNCHES, QK_NORM_LAUNCHES
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -5,9 +5,9 @@ import pytest
 
 from planner import plan
 from planner.evaluator import Evaluator, assignment_of, settings_of
-from sim.memory import PlanError, check_plan, memory_use
+from sim.costs.memory import PlanError, check_plan, memory_use
 from sim.plan import Budgets, Placement, Plan, Workload
-from sim.shapes import ModelShape, UnitShape
+from sim.model.shapes import ModelShape, UnitShape
 from tests.toys import FMT
 
 W = Workload(batch=2, prompt_tokens=3, new_tokens=2)  # 2 x (3 + 2) = 10 token slots of KV per layer
@@ -59,7 +59,7 @@ def test_an_offloaded_cpu_layer_moves_its_cache_through_the_pinned_buffer(toy_ma
     come back as K then V, 60 bytes each, a pinned copy (60 B/s) and a host copy (half the CPU's 60 B/s of memory
     bandwidth: it reads and writes): 2 x (1 + 2) = 6 s on top of the GPU's compute. The decode steps (2 tokens,
     below the threshold) stay on the CPU and move nothing."""
-    from sim.schedule import build_schedule
+    from sim.run.schedule import build_schedule
     link = toy_machine.link.model_copy(update={"pinned_h2d_bytes_per_s": 60.0, "by_size": (), "latency_s": 0.0})
     m = toy_machine.model_copy(update={"link": link, "cpu": toy_machine.cpu.model_copy(
         update={"memory_bytes_per_s": 60.0})})
@@ -127,10 +127,10 @@ def test_a_decoders_live_activations_hand_worked(arch, elements):
     2 x 1024 + 2 x 4096 (keys and values repeated to 32 heads) + 3 x 12288 = 67,584 elements a prompt token.
     Phi-3-mini's (hidden 3072, 32 heads of 96, no grouped KV: q = kv = 3072, MLP 8192): 9216 + 6144 + 6144 + 24576 =
     46,080. The prompt's activations: 2 bytes each, + 8 bytes of token id, + the FP32 logits of the last tokens."""
-    from benchmarks.archs import ARCHS
-    from sim.families import shape_from_config
-    from sim.memory import activation_bytes, decoder_live_elements
-    from sim.models import preset_config
+    from validate.archs import ARCHS
+    from sim.model.families import shape_from_config
+    from sim.costs.memory import activation_bytes, decoder_live_elements
+    from sim.model.resolve import preset_config
     preset, over = ARCHS[arch]
     shape = shape_from_config({**preset_config(preset), **over})
     dec = next(u for u in shape.units if u.kind == "decoder")
@@ -141,7 +141,7 @@ def test_a_decoders_live_activations_hand_worked(arch, elements):
 
 def toy_store(tmp_path, vocab: int):
     """A 2-layer Llama-shaped random checkpoint of `vocab` tokens and its layer store: (config, shape)."""
-    from sim.models import load_model
+    from sim.model.resolve import load_model
     from validate.checkpoint import make_checkpoint, make_config
     from validate.store import build_store
     cfg = make_config("llama-3.1-8b", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
@@ -154,11 +154,11 @@ def toy_store(tmp_path, vocab: int):
 
 
 def test_engine_stages_only_what_streams(tmp_path):
-    """offloadsim's engine takes VRAM staging slots for the units that pass through them, as sim.memory counts
+    """offloadsim's engine takes VRAM staging slots for the units that pass through them, as sim.costs.memory counts
     them: none for a plan that computes every non-resident layer on the CPU, and, for a plan that multiplies them
     on the GPU for a big prompt, slots of the largest once a run's prompt reaches the threshold."""
     torch = pytest.importorskip("torch")
-    from sim.policies import make_plan
+    from sim.engines.common import make_plan
     from tests.conftest import TOY
     from validate.engine import Engine
     cfg, shape = toy_store(tmp_path, 128)
@@ -180,8 +180,8 @@ def test_a_cpu_embedding_is_looked_up_in_place_never_staged(tmp_path):
     rows are looked up in place, never the table staged, so the slots are the decoders' (a table larger than the
     slots once overflowed them: a crash on the H200, call P), and the simulator lays out no copy of it either."""
     pytest.importorskip("torch")
-    from sim.policies import make_plan
-    from sim.schedule import build_schedule
+    from sim.engines.common import make_plan
+    from sim.run.schedule import build_schedule
     from tests.conftest import TOY
     from validate.engine import Engine
     cfg, shape = toy_store(tmp_path, 2048)
@@ -203,9 +203,9 @@ def test_a_tied_head_resident_beside_its_embedding_is_one_matrix(toy_machine):
     """A head tied to the embedding holds no bytes of its own on the GPU while the embedding is there too: everything
     resident is the model's stored bytes; the head streamed alone is its own copy, staged whole. The evaluator counts
     the same."""
-    from sim.families import shape_from_config
-    from sim.models import preset_config
-    from sim.policies import make_plan
+    from sim.model.families import shape_from_config
+    from sim.model.resolve import preset_config
+    from sim.engines.common import make_plan
     cfg = dict(preset_config("llama-3.1-8b"), num_hidden_layers=2, hidden_size=256, intermediate_size=512,
                num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=4096, tie_word_embeddings=True)
     cfg.pop("rope_scaling", None)
@@ -229,8 +229,8 @@ def test_a_tied_head_resident_beside_its_embedding_is_one_matrix(toy_machine):
 def test_a_shape_copied_with_other_units_looks_up_its_own():
     """ModelShape caches its name index and tensors per shard; a copy with other units must not keep the original's
     (pydantic copies cached values as they were). Doubling every unit's bytes halves the tensors per 4 GiB shard."""
-    from sim.families import shape_from_config
-    from sim.models import preset_config
+    from sim.model.families import shape_from_config
+    from sim.model.resolve import preset_config
     model = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=2))
     before, per_shard = model.unit("lm_head").nbytes, model.tensors_per_shard   # both read, so both cached
     copy = model.model_copy(update={"units": tuple(u.model_copy(update={"nbytes": 2 * u.nbytes}) for u in model.units)})

@@ -6,8 +6,8 @@ import pytest
 import safetensors.numpy
 
 from hwmodels.units import InputError
-from sim.formats import parse_format
-from sim.models import load_model, model_presets, preset_config
+from sim.model.formats import parse_format
+from sim.model.resolve import load_model, model_presets, preset_config
 
 # (total params, bytes per decoder layer in BF16 or FP16, from hardware-facts.md)
 EXPECTED = {

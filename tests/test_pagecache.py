@@ -3,9 +3,10 @@ for no page cache and for a cache that holds every unit read."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from sim.fast import cache_found
-from sim.pagecache import PageCache
-from sim.schedule import Schedule, _warm_contents
+from sim.run.reads import cache_found
+from sim.run.pagecache import PageCache
+from sim.run.items import Schedule
+from sim.run.reads import warm_contents
 
 
 @st.composite
@@ -44,7 +45,7 @@ def test_fast_evaluator_shortcuts_equal_the_replay(case, warm):
     units, nbytes, capacity = case
     sch = Schedule(unit=units, read_bytes=nbytes, cache_capacity_bytes=capacity)
     if warm:
-        sch.warm_keys = _warm_contents(sch)
+        sch.warm_keys = warm_contents(sch)
     sch.finalize()
     found, c = one_at_a_time(units, nbytes, capacity, sch.warm_keys)
     got, hits, misses = cache_found(sch)
@@ -54,5 +55,5 @@ def test_fast_evaluator_shortcuts_equal_the_replay(case, warm):
 def test_warm_contents_are_what_one_run_leaves():
     # capacity 40, units of 10: 'a' (0) read twice is active; the scan 1..4 keeps 2, 3, 4 on the inactive list
     sch = Schedule(unit=[0, 0, 1, 2, 3, 4], read_bytes=[10.0] * 6, cache_capacity_bytes=40)
-    assert _warm_contents(sch) == [(2, 10.0, False), (3, 10.0, False), (4, 10.0, False), (0, 10.0, True)]
-    assert _warm_contents(Schedule(unit=[0], read_bytes=[10.0], cache_capacity_bytes=0)) == []
+    assert warm_contents(sch) == [(2, 10.0, False), (3, 10.0, False), (4, 10.0, False), (0, 10.0, True)]
+    assert warm_contents(Schedule(unit=[0], read_bytes=[10.0], cache_capacity_bytes=0)) == []

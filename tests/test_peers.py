@@ -6,14 +6,15 @@ import pytest
 
 from hwmodels.specs import PeerSpec
 from planner.engines import best_accelerate_map, plan_for_engine
-from sim.families import shape_from_config
-from sim.memory import PlanError, memory_use
-from sim.models import preset_config
+from sim.model.families import shape_from_config
+from sim.costs.memory import PlanError, memory_use
+from sim.model.resolve import preset_config
 from sim.plan import Budgets, Workload
-from sim.policies import POLICIES, accelerate_map, accelerate_tiers, llamacpp_ngl
-from sim.schedule import MMAP_HIT_BYTES_PER_S, build_schedule
-from sim.simulate import fast_simulate, simulate
-from sim.shapes import ModelShape, UnitShape, ggml_ops
+from sim.engines.placements import POLICIES, accelerate_map, accelerate_tiers
+from sim.engines.llamacpp.layout import llamacpp_ngl
+from sim.run.schedule import MMAP_HIT_BYTES_PER_S, build_schedule
+from sim.run.simulate import fast_simulate, simulate
+from sim.model.shapes import ModelShape, UnitShape, ggml_ops
 from tests.toys import BIG, FMT, toy_model
 from validate.peer_calibration import PeerRun, fit, with_peer
 
@@ -296,7 +297,7 @@ def test_header_entries_per_five_gigabyte_shard():
 def test_a_mapped_embedding_on_the_cpu_reads_its_rows_only(toy_machine):
     """Accelerate's disk offload hands the CPU a view of the mapped file, so an embedding lookup touches the rows it
     reads (no bytes read ahead); offloadsim's engine reads the whole 6-byte unit from disk."""
-    from sim.shapes import UnitShape
+    from sim.model.shapes import UnitShape
     base = toy_model((4, 8))
     emb = UnitShape(name="emb", kind="embedding", block=-1, modules=("emb",), matrix_params=3, nbytes=6,
                     flop_params=0, hidden=0, launches=0)
@@ -350,7 +351,7 @@ def test_engine_candidates_ranked_by_the_objective():
 
 
 def _llamacpp(toy_machine, tiers, **spec):
-    from sim.policies import make_plan
+    from sim.engines.common import make_plan
     model = toy_model((4, 8, 2))
     m = with_peer(toy_machine, "llamacpp", PeerSpec(**spec))
     names = ["l0", "l1", "l2"]
@@ -363,7 +364,7 @@ def _llamacpp(toy_machine, tiers, **spec):
 def _grids(model, times: dict[str, tuple[str, float]]) -> tuple:
     """Flat measured grids: unit -> (device, seconds at every point)."""
     from hwmodels.profiles import ComputeGrid
-    from sim.compute import signature
+    from sim.costs.compute import signature
     return tuple(ComputeGrid(unit=signature(model.unit(n), "toy"), device=dev, dispatch="eager", batch=(1, 4),
                              prefill_tokens=(1, 8), prefill_s=((t, t), (t, t)), decode_context=(1, 8),
                              decode_s=((t, t), (t, t))) for n, (dev, t) in times.items())
@@ -398,7 +399,7 @@ def test_llamacpp_cpu_rates_replace_the_grid(toy_machine):
 
 
 def _llamacpp_of(model, toy_machine, tiers, spec):
-    from sim.policies import make_plan
+    from sim.engines.common import make_plan
     m = with_peer(toy_machine, "llamacpp", spec)
     names = [u.name for u in model.units]
     return m, make_plan(model, m, "llamacpp", dict(zip(names, tiers)), {n: "cpu" for n, t in zip(names, tiers)
@@ -446,7 +447,7 @@ def test_llamacpp_cpu_share_in_the_last_level_cache_streams_faster(toy_machine):
     speed holds (7.57 s). 16 bytes fit the whole cache with every unit on the CPU, not its 0.6 (15 bytes) with a unit
     on the GPU. The fit gives the cache speed back (within 2%: it stops short on the GPU runs' two costs), and leaves
     it out when no run's CPU share fits."""
-    from sim.schedule import cpu_stream_bytes_per_s
+    from sim.run.schedule import cpu_stream_bytes_per_s
     from validate.peer_calibration import identifiable
     truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_cache_bytes_per_s=7.0, cpu_op_s=0.01, gpu_op_s=0.02,
                      gpu_compute_scale=0.7)
@@ -493,7 +494,7 @@ def test_llamacpp_offloads_large_steps_per_operation():
 
 def _shaped(units: list[tuple[str, str, int, int]], hidden: int = 2):
     """A model of (name, kind, bytes, multiplied parameters) units of this hidden size (rows = parameters / hidden)."""
-    from sim.shapes import ModelShape, UnitShape
+    from sim.model.shapes import ModelShape, UnitShape
     from tests.toys import FMT
     us = tuple(UnitShape(name=n, kind=k, block=i, modules=(n,), matrix_params=nb // 2, nbytes=nb, flop_params=fp,
                          hidden=hidden, launches=0) for i, (n, k, nb, fp) in enumerate(units))
@@ -508,7 +509,7 @@ def test_llamacpp_gpu_decode_pays_per_weight_row_and_fit_recovers_it(toy_machine
     without the row cost 3.98 s, on the same machine objects
     (the schedule's compute cache must not hand back the other cost's times). The fit on three all-GPU runs whose
     operators and rows vary apart, and the CPU runs, gives the row cost back."""
-    from sim.compute import matrix_rows
+    from sim.costs.compute import matrix_rows
     truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, gpu_op_s=0.02, gpu_row_s=0.1)
     a = _shaped([("l0", "decoder", 4, 8), ("l1", "decoder", 8, 6)])
     assert [matrix_rows(u) for u in a.units] == [4, 3]
@@ -538,7 +539,7 @@ def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
     s, the attentions fused): 4 / 2 + 8 / 2 + 6 / 3 + 0.41 = 8.41 s a token. The layers on the GPU (12 / 10 + 44 x
     0.02 + step 0.3 = 2.38 s) and the head on the CPU at 2 B/s (3 + 0.03 s): 5.41 s. The fit keeps the head's speed
     only when a run measures it, and otherwise leaves it absent even where the profile had one."""
-    from sim.schedule import cpu_stream_bytes_per_s
+    from sim.run.schedule import cpu_stream_bytes_per_s
     from validate.peer_calibration import identifiable
     truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_head_bytes_per_s=3.0, cpu_op_s=0.01, gpu_op_s=0.02)
     model = _shaped([("l0", "decoder", 4, 0), ("l1", "decoder", 8, 0), ("head", "lm_head", 6, 0)], hidden=0)
@@ -569,7 +570,7 @@ def test_llamacpp_several_sequences_hand_worked(toy_machine):
     the roofline (13.2 s). On the CPU at B = 4 the streaming (36 B / 2 B/s = 18 s) and the multiplying (2 x 8 x 4
     FLOP / 8 FLOP/s = 8 s) overlap in part: (18^3 + 8^3)^(1/3) + 22 x 0.01; without the engine's own rate, the
     larger of 18 s and the CPU's 64 / 1e6 s."""
-    from sim.compute import OVERLAP_NORM, cpu_compute_s, gpu_compute_s
+    from sim.costs.compute import OVERLAP_NORM, cpu_compute_s, gpu_compute_s
     assert OVERLAP_NORM == 3
     u = _shaped([("l0", "decoder", 4, 8)]).units[0]
     multi = (0.1, 0.05)
@@ -595,7 +596,7 @@ def test_llamacpp_cpu_row_cost_hand_worked_and_fit_recovers_it(toy_machine):
     (a row of 2 x 2 bytes, 8 of activations, one operator: 6.01 s), never a row cost. The fit on all-CPU runs of
     models whose bytes, operators and rows vary apart gives the row cost back beside the others, the fit counts the
     rows of the CPU's units, and a host twice as fast halves it."""
-    from sim.compute import cpu_compute_s
+    from sim.costs.compute import cpu_compute_s
     from validate.peer_calibration import features, host_scaled
     u = _shaped([("l0", "decoder", 4, 8)]).units[0]
     assert cpu_compute_s(u, toy_machine, 1, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01, flash_attention=True,
@@ -645,56 +646,10 @@ def test_llamacpp_fit_recovers_the_costs_of_several_sequences(toy_machine):
     assert single.gpu_row_token_s is None and single.cpu_flops_per_s is None and single.gpu_multi_row_s == 0.0
 
 
-def test_llamacpp_tools_gap_hand_worked():
-    """The report's comparison of the two tools, no model in between: one sequence in llama-batched-bench over
-    llama-bench's generation at the same file, shape, -ngl and step count. 0.023 / 0.020 - 1 = +15% and
-    0.0102 / 0.010 - 1 = +2% over 12 steps (median 8.5%); a --no-op-offload run, a run of 4 sequences and one with no
-    llama-bench twin (64 steps at -ngl 9) are left out."""
-    from benchmarks.llamacpp_report import tools_gap
-
-    def row(kind, ngl, test, t, batch=1, run="-ngl"):
-        return {"file": "p", "arch": "a", "kind": kind, "ngl": ngl, "test": test, "measured_s": t, "batch": batch,
-                "run": run}
-    rows = [row("ngl", 14, "tg12", 0.020), row("batched", 14, "B1 tg12", 0.023),
-            row("ngl", 29, "tg12", 0.010), row("batched", 29, "B1 tg12", 0.0102),
-            row("batched", 29, "B1 tg12", 0.5, run="-ngl 29 -kvu --no-op-offload, 1 sequences"),
-            row("batched", 29, "B4 tg12", 0.5, batch=4), row("batched", 9, "B1 tg64", 0.5)]
-    gap = tools_gap(rows)
-    assert list(gap) == ["one sequence, llama-batched-bench over llama-bench, tg12"]
-    g = gap["one sequence, llama-batched-bench over llama-bench, tg12"]
-    assert g["runs"] == 2
-    assert g["median_pct"] == pytest.approx(8.5)
-    assert (g["min_pct"], g["max_pct"]) == (pytest.approx(2.0), pytest.approx(15.0))
 
 
-def test_llamacpp_benchmark_batch_extra_arguments():
-    """--batch-extra takes arguments as a shell splits them and refuses, in one sentence naming the value, text that
-    is not a list of options."""
-    import argparse
-    from benchmarks.h200_llamacpp import arg_list
-    assert arg_list("-kvu --no-op-offload") == ["-kvu", "--no-op-offload"]
-    assert arg_list("-fa 'on'") == ["-fa", "on"]
-    for bad in ("kvu", "", "-kvu 'on"):
-        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad).replace("'", ".")):
-            arg_list(bad)
 
 
-def test_llamacpp_report_spread_of_one_round_is_unmeasured():
-    """A llama-batched-bench setting timed in one round has no measured spread (NaN, never among the steady runs);
-    two rounds of 0.8 and 1.2 s over 4 steps (0.2 and 0.3 s a step) give the median 0.25 s and a spread of
-    stdev(0.2, 0.3) / mean = 0.0707 / 0.25 = 28%."""
-    import math
-    from benchmarks.llamacpp_report import batched_runs
-    from hwmodels.presets import load_machine
-    from sim.models import load_model
-    shape, machine = load_model("llama-3.1-8b"), load_machine("h200-testbox")
-    rec = {"n_gpu_layers": 33, "pl": 4, "pp": 16, "tg": 4, "t_tg": 0.8, "args": ["-ngl", "33", "-kvu"]}
-    [(_, one, run)] = batched_runs([rec], shape, machine)
-    assert math.isnan(one["stddev_ns"]) and run.measured_tpot_s == pytest.approx(0.2)
-    [(_, two, run)] = batched_runs([rec, dict(rec, t_tg=1.2)], shape, machine)
-    assert run.measured_tpot_s == pytest.approx(0.25)
-    assert two["stddev_ns"] / two["avg_ns"] == pytest.approx(0.2828, rel=1e-3)
-    assert two["extra"] == "-kvu" and not two["kv_per_sequence"]
 
 
 def test_ggml_weights_and_attention_cells_hand_worked():
@@ -702,7 +657,7 @@ def test_ggml_weights_and_attention_cells_hand_worked():
     q and k norms), 2 per head (norm, output). ggml's attention runs every new token against every used cell of the
     shared cache rounded up to 256: 32 sequences at context 16 decoding one token use 32 x 17 = 544 cells -> 768, so
     10 FLOPs per query and cell give 10 x 32 x 768 = 245760; one 512-token prompt 10 x 512 x 512."""
-    from sim.shapes import UnitShape, ggml_weights
+    from sim.model.shapes import UnitShape, ggml_weights
     assert (ggml_weights("decoder", "llama"), ggml_weights("decoder", "qwen3"), ggml_weights("lm_head", "qwen3")) \
         == (9, 11, 2)
     u = UnitShape(name="l0", kind="decoder", block=0, modules=("l0",), matrix_params=1, nbytes=2, flop_params=1,
@@ -747,45 +702,10 @@ def test_llamacpp_offloaded_unit_pays_its_splits_and_cpu_attention():
                                                                         if u.kind != "embedding")
 
 
-def test_llamacpp_report_reads_a_head_override():
-    """llama-batched-bench's -ot rules as the report reads them: an anchored rule sending output.weight to CUDA0
-    puts the head on the GPU (regex_search, as llama.cpp matches); a rule for the blocks, or the head to the CPU,
-    does not."""
-    from benchmarks.llamacpp_report import head_on_gpu, head_override
-    from hwmodels.presets import load_machine
-    assert head_override(["-ngl", "0", "-kvu", "-ot", r"^output\.weight=CUDA0"])
-    assert not head_override(["-ngl", "0", "-ot", r"^output\.weight$=CPU"])
-    assert not head_override(["-ngl", "0", "-ot", r"^blk\.0\.=CUDA0"])
-    assert not head_override(["-ngl", "0", "-kvu"])
-    m = load_machine("h200-testbox")
-    w = Workload(batch=32, prompt_tokens=16, new_tokens=2)
-    plan = head_on_gpu(llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), 0), LLAMA6)
-    t = plan.tiers()
-    assert [(t[u.name].tier, t[u.name].compute) for u in LLAMA6.units if u.kind == "lm_head"] == [("vram", "gpu")]
-    assert all(t[u.name].compute == "cpu" for u in LLAMA6.units if u.kind != "lm_head")
 
 
-def test_llamacpp_report_host_copy_is_the_median_of_each_timing():
-    """The report's host copy line: per file, the middle of each [min, median, max] RAM copy timing, in GB/s, before
-    then after each architecture; an architecture without the timings adds nothing."""
-    from benchmarks.llamacpp_report import host_copy
-    loaded = [({"file": "t.json", "host_before": {"copy_bytes_per_s": [5e9, 18.5e9, 19e9]},
-                "host_after": {"copy_bytes_per_s": [4e9, 14.04e9, 15e9]}},),
-              ({"file": "t.json"},), ({"file": "u.json", "host_after": {"copy_bytes_per_s": [1e9, 2e9, 3e9]}},)]
-    assert host_copy(loaded) == {"t.json": [18.5, 14.0], "u.json": [2.0]}
 
 
-def test_llamacpp_report_tells_the_flash_attention_build():
-    """A call's build had ggml-cuda's flash-attention kernels when configured with GGML_CUDA_FA=ON, or, resumed,
-    when run from the folder --fa builds in; GGML_CUDA_FA=OFF, a plain resumed build and a record without the build
-    are without them."""
-    from benchmarks.llamacpp_report import flash_attention_build
-    on = {"cmake_flags": ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON"], "binary": "/r/build-fa/bin/llama-bench"}
-    assert flash_attention_build(on)
-    assert flash_attention_build({"binary": "/var/tmp/x/build-fa/bin/llama-bench", "resumed": "already built"})
-    assert not flash_attention_build({"cmake_flags": ["-DGGML_CUDA_FA=OFF"], "binary": "/r/build/bin/llama-bench"})
-    assert not flash_attention_build({"binary": "/var/tmp/x/build/bin/llama-bench", "resumed": "already built"})
-    assert not flash_attention_build({})
 
 
 def test_graph_warmup_steps_hand_worked():
@@ -793,7 +713,7 @@ def test_graph_warmup_steps_hand_worked():
     steps after the prompt, and two more from the step at which the shared cache's cells, rounded up to 256, grow.
     48 sequences of 16 prompt tokens: step s holds 48 x (16 + s) cells, 816 (4 x 256) at s = 1 and 1056 (5 x 256)
     from s = 6 on; a 250-token prompt crosses 256 at s = 7 (257 cells); a request with one decode step has one."""
-    from sim.schedule import graph_warmup_steps
+    from sim.run.schedule import graph_warmup_steps
     assert graph_warmup_steps(Workload(batch=1, prompt_tokens=1, new_tokens=17)) == [1, 2]
     assert graph_warmup_steps(Workload(batch=48, prompt_tokens=16, new_tokens=9)) == [1, 2, 6, 7]
     assert graph_warmup_steps(Workload(batch=1, prompt_tokens=250, new_tokens=12)) == [1, 2, 7, 8]
@@ -840,7 +760,7 @@ def test_llamacpp_flash_attention_auto_is_off_everywhere_once_an_attention_canno
     GPU attention turns it off on the CPU too; -ngl 0 and -ngl 1 (the head alone on the GPU: no attention there)
     keep it on; -fa off and on force the CPU's, and the GPU fuses only with its kernels."""
     from hwmodels.presets import load_machine
-    from sim.schedule import ggml_flash_attention
+    from sim.run.schedule import ggml_flash_attention
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=4, new_tokens=3)
 
@@ -855,7 +775,7 @@ def test_llamacpp_flash_attention_auto_is_off_everywhere_once_an_attention_canno
 def test_llamacpp_cpu_attention_unfused_pays_three_operators_and_its_own_cost_on_one_token_steps():
     """-ngl 3 keeps 4 of LLAMA6's 6 decoders on the CPU. Without ggml-cuda's kernels (flash attention then off) each
     pays 3 operators more (the scores' mul_mat, soft_max, the product with V and a cont against one flash_attn_ext:
-    22 against 19, sim.shapes.FLASH_ATTN_SAVED_OPS) on every step, and cpu_mm_attention_s on a step of one token:
+    22 against 19, sim.model.shapes.FLASH_ATTN_SAVED_OPS) on every step, and cpu_mm_attention_s on a step of one token:
     1 ms x 4 + 3 x 10 us x 4 = 4.12 ms; nothing on the embedding, the head or a GPU decoder; nothing at -ngl 0 (no
     GPU attention keeps it on). The fit counts the same; a host twice as fast halves the cost."""
     import numpy as np
@@ -962,7 +882,7 @@ def test_llamacpp_prices_a_blocks_routed_experts_as_one_set_of_ggml_operators():
     unchanged), a one-token step's expert items carry 4 blocks x 6 x 1 ms = 24 ms more than at no operator cost;
     the fit's linear count pays cpu_op_s 1 + 24 times a token (the embedding's GET_ROWS and the blocks' experts)."""
     from hwmodels.presets import load_machine
-    from sim.shapes import ggml_moe_ops
+    from sim.model.shapes import ggml_moe_ops
     assert ggml_moe_ops(2) == 6 and ggml_moe_ops(8) == 12 and ggml_moe_ops(1) == 6  # one expert: a CONT, no ADD
     m = load_machine("h200-testbox")
     shape = shape_from_config(MOE_CFG)
@@ -981,112 +901,24 @@ def test_llamacpp_prices_a_blocks_routed_experts_as_one_set_of_ggml_operators():
     assert features(shape, run, ("cpu_op_s",)).tolist() == [25.0]
 
 
-def test_moe_routing_refuses_what_is_not_an_moe_of_the_harness(monkeypatch, capsys):
-    """benchmarks/moe_routing.py --arch must name an MoE of h200_matrix.ARCHS with a layer count: a dense
-    architecture, an unknown one or a bad count ends in one sentence naming the flag and the choices."""
-    import sys
-    from benchmarks import moe_routing
-    for bad in ("llama-8b:4", "nope:2", "qwen3-30b-a3b:x", "qwen3-30b-a3b:0"):
-        monkeypatch.setattr(sys, "argv", ["moe_routing.py", "--arch", bad])
-        with pytest.raises(SystemExit) as exc:
-            moe_routing.main()
-        message = str(exc.value)
-        assert message.startswith(f"--arch: {bad!r} is not NAME:LAYERS of an MoE") and "moe-8x2" in message
 
 
-def test_llamacpp_report_reads_n_cpu_moe_from_both_tools():
-    """A llama-bench record's n_cpu_moe and a llama-batched-bench run's `-ncmoe N` argument both price the experts
-    of the first N blocks on the CPU, and name the run by it."""
-    from hwmodels.presets import load_machine
-    from benchmarks.llamacpp_report import batched_runs, cpu_experts, run_of
-    m = load_machine("h200-testbox")
-    shape = shape_from_config(MOE_CFG)
-    rec = {"n_prompt": 0, "n_gen": 8, "n_gpu_layers": 5, "n_cpu_moe": 1, "avg_ns": 8e6, "samples_ns": [8e6]}
-    run = run_of(rec, shape, m, None, "-ngl 5 -ncmoe 1")
-    t = run.plan.tiers()
-    assert cpu_experts(run, shape) and t["model.layers.0.mlp.experts.7"].compute == "cpu"
-    assert t["model.layers.1.mlp.experts.0"].compute == "gpu"
-    bb = {"pl": 4, "pp": 16, "tg": 8, "t_tg": 0.08, "n_gpu_layers": 5, "args": ["-ngl", "5", "-kvu", "-ncmoe", "3"]}
-    [(kind, rec_b, run_b)] = batched_runs([bb], shape, m)
-    tb = run_b.plan.tiers()
-    assert "-ncmoe 3" in run_b.label and rec_b["extra"] == "-kvu -ncmoe 3"
-    assert tb["model.layers.2.mlp.experts.0"].compute == "cpu" and tb["model.layers.3.mlp.experts.0"].compute == "gpu"
-    assert run_b.measured_tpot_s == pytest.approx(0.01)
 
 
-def test_llamacpp_report_prices_a_run_without_mmap_pinned_and_names_its_variant():
-    """llama-bench -lm none (no mapped file) prices the CPU weights pinned, the default and --no-host 1 (plain
-    memory even without mmap) pageable; the run is named by its arguments besides the placement, and one with
-    another thread count (-t) is kept apart as not priced as run."""
-    from hwmodels.presets import load_machine
-    from benchmarks.llamacpp_report import mapped_of, run_of, variant_of
-    assert mapped_of(["-ngl", "3"]) and not mapped_of(["-ngl", "3", "-lm", "none"]) and not mapped_of(["--no-mmap"])
-    assert not mapped_of(["--load-mode", "mlock"]) and not mapped_of(["-mmp", "0"]) and mapped_of(["-lm", "mmap+mlock"])
-    assert mapped_of(["-ngl", "3", "-lm", "none", "--no-host", "1"]) and mapped_of(["-lm", "mmap"])
-    assert mapped_of(["-lm", "none", "--no-host"])  # llama-cli's --no-host takes no value
-    # llama-bench's record says what ran (a comma list such as -lm none,mmap runs both): it wins over the arguments
-    assert not mapped_of(["-lm", "none,mmap"], {"load_mode": "none", "no_host": False})
-    assert mapped_of(["-lm", "none,mmap"], {"load_mode": "mmap", "no_host": False})
-    assert variant_of(["-ngl", "13", "-ncmoe", "3", "-lm", "none"]) == " -lm none" and variant_of(["-ngl", "2"]) == ""
-    m = load_machine("h200-testbox")
-    rec = {"n_prompt": 128, "n_gen": 0, "n_gpu_layers": 3, "avg_ns": 1e8, "samples_ns": [1e8], "stddev_ns": 0}
-    tiers = {args: {p.tier for p in run_of(dict(rec, args=list(args)), LLAMA6, m, None, "x").plan.placements
-                    if p.compute == "cpu"} for args in (("-ngl", "3"), ("-ngl", "3", "-lm", "none"))}
-    assert tiers == {("-ngl", "3"): {"ram_pageable"}, ("-ngl", "3", "-lm", "none"): {"ram_pinned"}}
-    from benchmarks.llamacpp_report import runs_of
-    entry = {"llamacpp": [dict(rec, args=["-ngl", "3", *extra]) for extra in ([], ["-t", "8"], ["--poll", "100"])]
-             + [dict(rec, args=["-ngl", "7", "-ncmoe", "2"], n_cpu_moe=2)], "exported": []}
-    kinds = {run.label: kind for kind, _, run in runs_of(entry, LLAMA6, m)}
-    # -t: not priced as run; -ncmoe on a dense model: nothing to move, skipped
-    assert kinds == {"-ngl 3": "ngl", "-ngl 3 -t 8": "threads", "-ngl 3 --poll 100": "ngl"}
 
 
-def test_llamacpp_harness_times_n_cpu_moe_on_moe_only_and_variants_where_weights_stay_on_the_cpu():
-    """--ncmoe-shares adds -ncmoe settings for an MoE only (a dense model has no routed experts); --variant repeats
-    each setting that keeps weights on the CPU (an -ngl below every layer and the head, or -ncmoe) with its
-    arguments added. 4 blocks: shares 0 and 1.3 are -ngl 0 and 5 (everything), 0.5 of the blocks -ncmoe 2."""
-    import argparse
-    from benchmarks.h200_llamacpp import settings_of
-    a = argparse.Namespace(ngl_every=0, ngl_shares="0,1.3", ngl="", ncmoe_shares=(0.5,), batches=(), threads="",
-                           threads_at=0.5, ot=False, variant=[["-lm", "none"]])
-    dense = [args for kind, args, plens, exp in settings_of(a, 4, [32], [])]
-    assert dense == [["-ngl", "0"], ["-ngl", "5"], ["-ngl", "0", "-lm", "none"]]
-    moe = [args for kind, args, plens, exp in settings_of(a, 4, [32], [], moe=True)]
-    assert moe == [["-ngl", "0"], ["-ngl", "5"], ["-ngl", "5", "-ncmoe", "2"], ["-ngl", "0", "-lm", "none"],
-                   ["-ngl", "5", "-ncmoe", "2", "-lm", "none"]]
 
 
-def test_moe_gguf_tensors_stack_either_expert_layout():
-    """transformers 5's fused experts (gate_up_proj [E, 2I, H], gate rows first; down_proj [E, H, I]) and
-    transformers 4's one module per expert both become ffn_{gate,up,down}_exps of [experts, out, in], expert e at
-    index e; other tensors pass through, the router as ffn_gate_inp."""
-    torch = pytest.importorskip("torch")
-    from benchmarks.h200_llamacpp import gguf_name, moe_tensors
-    E, I, H = 3, 2, 4
-    gate_up = torch.arange(E * 2 * I * H, dtype=torch.float32).reshape(E, 2 * I, H)
-    down = torch.arange(E * H * I, dtype=torch.float32).reshape(E, H, I)
-    fused = moe_tensors({"model.layers.0.mlp.experts.gate_up_proj": gate_up, "model.layers.0.mlp.experts.down_proj":
-                         down, "model.layers.0.mlp.gate.weight": torch.zeros(E, H)})
-    assert torch.equal(fused["model.layers.0.mlp.experts.gate_exps.weight"][1], gate_up[1, :I])
-    assert torch.equal(fused["model.layers.0.mlp.experts.up_exps.weight"][2], gate_up[2, I:])
-    assert torch.equal(fused["model.layers.0.mlp.experts.down_exps.weight"], down)
-    per = {f"model.layers.1.mlp.experts.{e}.{p}_proj.weight": torch.full((I, H), 10.0 * e + j)
-           for e in range(E) for j, p in enumerate(("gate", "up"))}
-    stacked = moe_tensors(per)
-    assert stacked["model.layers.1.mlp.experts.up_exps.weight"].shape == (E, I, H)
-    assert stacked["model.layers.1.mlp.experts.up_exps.weight"][2, 0, 0] == 21.0
-    assert gguf_name("model.layers.1.mlp.experts.up_exps.weight") == "blk.1.ffn_up_exps.weight"
-    assert gguf_name("model.layers.0.mlp.gate.weight") == "blk.0.ffn_gate_inp.weight"
 
 
 def test_llamacpp_no_mmap_pins_the_cpu_weights_and_a_prefill_copies_them_at_the_pinned_speed():
     """llama.cpp maps the model file by default (its CPU weights pageable: "avoid using a host buffer when using
     mmap"); with --load-mode none it reads them into CUDA_Host buffers, pinned. A 128-token prefill multiplies CPU-held
-    weights on the GPU, so each decoder is copied in at the link's pageable or pinned speed (sim.equations
+    weights on the GPU, so each decoder is copied in at the link's pageable or pinned speed (sim.costs.equations
     copy_time_s); a token's decode computes them on the CPU either way. Without a pinned budget that holds them,
     that is refused in one sentence that names the budget."""
     from hwmodels.presets import load_machine
-    from sim.equations import copy_time_s
+    from sim.costs.equations import copy_time_s
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=128, new_tokens=2)
     b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36, pinned_bytes=2**36)
@@ -1166,37 +998,6 @@ def test_llamacpp_planner_offloads_an_moes_routed_experts_with_n_cpu_moe_when_th
     assert {u.kind for u in shape.units if full.plan.tiers()[u.name].compute == "cpu"} == {"embedding"}
 
 
-def test_llamacpp_export_pins_all_or_nothing_polls_between_gpu_blocks_and_the_harness_spells_it_for_llama_bench():
-    """llama.cpp pins every CPU weight (--load-mode none) or none: a plan that pins only some exports none and says
-    so. --poll 100 comes with CPU blocks after GPU ones, not with CPU blocks at the front or a CPU head alone. The
-    harness times an export with llama-bench's spelling: -lm for --load-mode, -ot rules joined by ';'."""
-    from hwmodels.presets import load_machine
-    from benchmarks.h200_llamacpp import bench_args_of
-    from planner.export import to_llamacpp
-    m = load_machine("h200-testbox")
-    w = Workload(batch=1, prompt_tokens=64, new_tokens=4)
-    b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36, pinned_bytes=2**36)
-    pinned = llamacpp_ngl(LLAMA6, m, w, b, 3, mapped=False)
-    exp = to_llamacpp(LLAMA6, pinned, w, 16)
-    assert exp["args"] == ["-ngl", "3", "--load-mode", "none"] and "--poll" not in exp["runtime_args"]
-    assert bench_args_of(exp) == ["-ngl", "3", "-lm", "none"]
-    first = next(p for p in pinned.placements if p.compute == "cpu" and p.unit != "model.embed_tokens")
-    part = pinned.model_copy(update={"placements": tuple(p.model_copy(update={"tier": "ram_pageable"})
-                                                         if p is first else p for p in pinned.placements)})
-    exp = to_llamacpp(LLAMA6, part, w)
-    assert "--load-mode" not in exp["args"] and any("pins all of its CPU weights or none" in n for n in exp["notes"])
-    head = next(u.name for u in LLAMA6.units if u.kind == "lm_head")
-    blk5 = {u.name for u in LLAMA6.units if u.block == 5 and u.kind != "lm_head"}
-    gpu = llamacpp_ngl(LLAMA6, m, w, b, LLAMA6.n_blocks + 1)
-
-    def with_cpu(names):
-        return gpu.model_copy(update={"placements": tuple(
-            p.model_copy(update={"tier": "ram_pageable", "compute": "cpu"}) if p.unit in names else p
-            for p in gpu.placements)})
-    assert "--poll" not in to_llamacpp(LLAMA6, with_cpu({head}), w)["runtime_args"]  # the head alone, last
-    exp = to_llamacpp(LLAMA6, with_cpu(blk5), w)  # the last block on the CPU, between GPU blocks and the head
-    assert exp["runtime_args"][-2:] == ["--poll", "100"] and exp["ot"] == ["^blk\\.(5)\\.=CPU"]
-    assert bench_args_of(exp) == ["-ngl", "7", "-ot", "^blk\\.(5)\\.=CPU", "--poll", "100"]
 
 
 def test_llamacpp_policy_fits_an_moe_as_its_fit_does():
@@ -1207,7 +1008,7 @@ def test_llamacpp_policy_fits_an_moe_as_its_fit_does():
     block's experts are 8 x 3 x 4096 x 14336 x 2 B = 2.82 GB, more than 2 GiB, so at 2 GiB no block fits beside the
     output (-ngl 1), though some of its 32 attention units (80 MiB each) would; at 40 GiB every attention does."""
     from hwmodels.presets import load_machine
-    from sim.models import load_model
+    from sim.model.resolve import load_model
     m = load_machine("h200-testbox")
     shape = load_model("mixtral-8x7b")
     w = Workload(batch=1, prompt_tokens=64, new_tokens=4)
@@ -1228,39 +1029,6 @@ def test_llamacpp_policy_fits_an_moe_as_its_fit_does():
                 llamacpp_ngl(shape, m, w, b, shape.n_blocks + 1, cpu_expert_blocks=range(k + 1, shape.n_blocks))
 
 
-def test_llamacpp_report_reads_the_placement_llama_cpp_fit_chose_and_the_budget_it_fitted():
-    """llama-fit-params' rules (blk\\.N\\.ffn_(up|down|gate)_(ch|)exps=CPU per block, given to llama-bench joined by
-    ';') put those blocks' routed experts on the CPU; a partial layer's one expert tensor does not move its experts
-    (two of three do); a dense model's ffn rule marks the run as a partial layer. The policy is priced at the budget
-    llama.cpp fitted (its free memory less the margin), and told apart by the units the two compute differently."""
-    from hwmodels.presets import load_machine
-    from benchmarks.llamacpp_report import cpu_parts, fit_runs
-    shape = shape_from_config(MOE_CFG)
-    rules = "blk\\.2\\.ffn_(up|down|gate)_(ch|)exps=CPU;blk\\.3\\.ffn_(up|down|gate)_(ch|)exps=CPU;" \
-            "blk\\.1\\.ffn_down.*=CPU"
-    assert cpu_parts(shape, ["-ngl", "5", "-ot", rules]) == ({2, 3}, set())
-    assert cpu_parts(shape, ["-ngl", "5", "-ot", "blk\\.0\\.ffn_(gate|gate_up|down).*=CPU"]) == ({0}, set())
-    assert cpu_parts(shape, ["-ngl", "5", "-ot", "blk\\.0\\.ffn_up_exps=CUDA0"]) == (set(), set())
-    assert cpu_parts(LLAMA6, ["-ot", "blk\\.4\\.ffn_(gate|up|gate_up|down).*=CPU"]) == (set(), {4})
-    m = load_machine("h200-testbox")
-    rec = {"n_prompt": 0, "n_gen": 8, "n_gpu_layers": 5, "avg_ns": 8e6, "samples_ns": [8e6], "stddev_ns": 0,
-           "args": ["-ngl", "5", "-ot", rules]}
-    entry = {"fits": [{"margin_mib": 1000, "fit_free_mib": 141000, "budget_bytes": 1, "bench": [rec]},
-                      {"error": "llama-fit-params exited 1"}]}
-    (kind, got, run), (pkind, pgot, prun) = fit_runs(entry, shape, m)
-    assert (kind, pkind) == ("fit", "fit_policy") and got["fit_budget_bytes"] == 140000 * 2**20
-    t = run.plan.tiers()
-    assert all(t[f"model.layers.{b}.mlp.experts.{e}"].compute == ("cpu" if b >= 2 else "gpu")
-               for b in range(4) for e in range(8))
-    # 140,000 MiB holds the whole model: the policy keeps every expert on the GPU, 16 experts apart from --fit's
-    assert pgot["policy_differs"] == 16 and not any(p.compute == "cpu" for p in prun.plan.placements
-                                                    if shape.unit(p.unit).kind != "embedding")
-    assert run.measured_tpot_s == prun.measured_tpot_s == pytest.approx(1e-3)
-    # -ngl -1 (printed when everything fits): every layer and the output on the GPU
-    every = dict(rec, n_gpu_layers=-1, args=["-ngl", "-1"])
-    entry = {"fits": [{"margin_mib": 0, "budget_bytes": 2**30, "bench": [every]}]}
-    (_, got, run), (_, pgot, _) = fit_runs(entry, shape, m)
-    assert got["n_gpu_layers"] == 5 and pgot["fit_budget_bytes"] == 2**30 and pgot["policy_differs"] == 0
 
 
 def _bench_records(shape, machine, scale: float, ngls=(0, 3, 7), n_gen: int = 32) -> list[dict]:
@@ -1331,7 +1099,7 @@ def test_calibrate_peer_cli_writes_a_profile_that_simulate_uses(tmp_path, capsys
     import json
     from hwmodels.presets import load_machine
     from offloadsim.cli import main
-    from sim.models import preset_config
+    from sim.model.resolve import preset_config
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(dict(preset_config("llama-3.1-8b"), num_hidden_layers=6)))
     m = load_machine("h200-testbox")
@@ -1372,7 +1140,7 @@ def test_calibrate_peer_cli_writes_a_profile_that_simulate_uses(tmp_path, capsys
 
 
 def test_llamacpp_fit_places_layers_in_what_its_context_reserves():
-    """llama.cpp's GPU memory (sim/ggml_memory.py) for Llama-3.1-8B's layers (hidden 4096, MLP 14336, 8 KV heads of
+    """llama.cpp's GPU memory (sim/engines/llamacpp/ggml_memory.py) for Llama-3.1-8B's layers (hidden 4096, MLP 14336, 8 KV heads of
     128, vocabulary 128256; 16-bit) and a request of 128 + 8 tokens: a context of 136 tokens, its KV cache padded to
     256 cells (4096 B a token a layer: 1 MiB a GPU layer), a micro-batch of 136. The compute buffer is the larger of
     the logits (4 x 128256 x 136 = 69,771,264 B) and a CPU block's peak: its query matrix's copy (4096 x 4096 x 2 =
@@ -1383,9 +1151,10 @@ def test_llamacpp_fit_places_layers_in_what_its_context_reserves():
     policy) places from the back while that fits: with room for the output and exactly three blocks, -ngl 4; a
     byte less, -ngl 3."""
     from hwmodels.presets import load_machine
-    from sim.memory import memory_use
+    from sim.costs.memory import memory_use
     from sim.plan import Budgets, Workload
-    from sim.policies import llamacpp, llamacpp_ngl
+    from sim.engines.placements import llamacpp
+    from sim.engines.llamacpp.layout import llamacpp_ngl
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=128, new_tokens=8)
     size = {u.kind: u.nbytes for u in LLAMA6.units}
@@ -1436,9 +1205,9 @@ def test_moe_compute_buffer_holds_one_fused_expert_tensor_and_shapes_know_their_
     plus two hidden states (2 x 4 x 512 x 256 = 1,048,576 B); the largest tensors come from the config: an expert's
     256 x 64, an attention's query 256 x 256, the output's 1000 x 256."""
     from hwmodels.presets import load_machine
-    from sim.ggml_memory import ggml_compute_bytes, ggml_largest_copy
+    from sim.engines.llamacpp.ggml_memory import ggml_compute_bytes, ggml_largest_copy
     from sim.plan import Budgets, Workload
-    from sim.policies import llamacpp_ngl
+    from sim.engines.llamacpp.layout import llamacpp_ngl
     shape = shape_from_config(MOE_CFG)
     big = {u.kind: u.max_tensor_nbytes for u in shape.units}
     assert big["expert"] == 256 * 64 * 2 and big["attention"] == 256 * 256 * 2 and big["lm_head"] == 1000 * 256 * 2
@@ -1460,9 +1229,9 @@ def test_llamacpp_prefill_pays_the_pinned_split_cost_for_pinned_weights_only():
     tensors (ggml_weights: nine a Llama block) and leaves the mapped prompt alone; absent, it is the mapped cost."""
     from hwmodels.presets import load_machine
     from sim.plan import Budgets, Workload
-    from sim.policies import llamacpp_ngl
-    from sim.shapes import ggml_weights
-    from sim.simulate import fast_simulate
+    from sim.engines.llamacpp.layout import llamacpp_ngl
+    from sim.model.shapes import ggml_weights
+    from sim.run.simulate import fast_simulate
     from validate.peer_calibration import with_peer
     m = load_machine("h200-testbox")
     spec = m.peers["llamacpp"]
@@ -1508,7 +1277,7 @@ def test_calibrate_peer_refuses_bad_llama_bench_output_in_one_sentence(tmp_path,
     import json
     import re
     from offloadsim.cli import main
-    from sim.models import preset_config
+    from sim.model.resolve import preset_config
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(dict(preset_config("llama-3.1-8b"), num_hidden_layers=2)))
     path = tmp_path / "bench.json"
@@ -1527,8 +1296,8 @@ def test_llamacpp_gpu_decode_pays_per_routed_expert_of_each_gpu_block():
     first 2 blocks on the CPU (--n-cpu-moe 2) only the GPU's 2 blocks pay."""
     from hwmodels.presets import load_machine
     from sim.plan import Budgets, Workload
-    from sim.policies import llamacpp_ngl
-    from sim.simulate import fast_simulate
+    from sim.engines.llamacpp.layout import llamacpp_ngl
+    from sim.run.simulate import fast_simulate
     from validate.peer_calibration import with_peer
     m = load_machine("h200-testbox")
     shape = shape_from_config(MOE_CFG)
@@ -1556,7 +1325,7 @@ def test_calibrate_peer_on_a_machine_without_llama_cpp_costs_starts_from_the_mea
     import json
     from hwmodels.presets import load_machine
     from offloadsim.cli import main
-    from sim.models import preset_config
+    from sim.model.resolve import preset_config
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(dict(preset_config("llama-3.1-8b"), num_hidden_layers=6)))
     argv = ["plan", str(cfg), "--engine", "llamacpp", "--vram", "2GiB", "--new-tokens", "4"]
@@ -1581,11 +1350,11 @@ def test_calibrate_peer_on_a_machine_without_llama_cpp_costs_starts_from_the_mea
 def test_llamacpp_head_after_cpu_layers_streams_faster_on_a_dense_model_only():
     """Every layer on the CPU (-ngl 0): a dense model's head streams at cpu_head_bytes_per_s, so doubling it saves
     about half the head's streaming time at the fitted speed (its multiplies overlap the stream in part:
-    sim.compute.OVERLAP_NORM); an MoE's head streams at the layers' speed, which the head's speed does not move."""
+    sim.costs.compute.OVERLAP_NORM); an MoE's head streams at the layers' speed, which the head's speed does not move."""
     from hwmodels.presets import load_machine
     from sim.plan import Budgets, Workload
-    from sim.policies import llamacpp_ngl
-    from sim.simulate import fast_simulate
+    from sim.engines.llamacpp.layout import llamacpp_ngl
+    from sim.run.simulate import fast_simulate
     from validate.peer_calibration import with_peer
     m = load_machine("h200-testbox")
     spec = m.peers["llamacpp"]
@@ -1607,8 +1376,8 @@ def test_llamacpp_prompt_step_pays_its_own_split_cost_and_decode_steps_the_fitte
     alone); 32 sequences decoded together copy them at gpu_offload_split_s, whatever the prompt's cost."""
     from hwmodels.presets import load_machine
     from sim.plan import Budgets, Workload
-    from sim.policies import llamacpp_ngl
-    from sim.simulate import fast_simulate
+    from sim.engines.llamacpp.layout import llamacpp_ngl
+    from sim.run.simulate import fast_simulate
     from validate.peer_calibration import with_peer
     m = load_machine("h200-testbox")
     spec = m.peers["llamacpp"]
@@ -1640,10 +1409,10 @@ def test_llamacpp_prompt_step_pays_its_own_split_cost_and_decode_steps_the_fitte
     ("qwen3-4b", 20, 2452, {"n_layer": 10, "n_part": 0, "overflow": "moe"}),
 ])
 def test_fit_port_places_what_llama_fit_params_printed(arch, layers, mib, printed):
-    from benchmarks.archs import ARCHS
+    from validate.archs import ARCHS
     from hwmodels.presets import load_machine
-    from sim.formats import parse_format
-    from sim.llamacpp_fit import fit_placement
+    from sim.model.formats import parse_format
+    from sim.engines.llamacpp.fit import fit_placement
     from validate.checkpoint import make_config
     preset, over = ARCHS[arch]
     shape = shape_from_config(make_config(preset, **dict(over, num_hidden_layers=layers)), parse_format("fp16"))
@@ -1659,7 +1428,7 @@ def test_fit_port_places_what_llama_fit_params_printed(arch, layers, mib, printe
 
 def test_fit_step_is_fit_cpps_integer_false_position():
     """delta x (target - low) / (high - low), truncated, clamped to 1..delta-1; negative wraps as uint32 does."""
-    from sim.llamacpp_fit import _step
+    from sim.engines.llamacpp.fit import _step
     assert _step(5, 100, 0, 200) == 2          # 500 / 200 = 2.5 -> 2
     assert _step(5, 190, 0, 200) == 4          # 4.75 -> 4, at most delta - 1
     assert _step(5, 10, 0, 200) == 1           # 0.25 -> 0 -> at least 1
@@ -1668,12 +1437,12 @@ def test_fit_step_is_fit_cpps_integer_false_position():
 
 def test_plan_engine_llamacpp_is_never_slower_than_llamas_own_fit():
     """Mixtral-8x7B at 6 GiB: llama.cpp's --fit keeps the experts of one block on the GPU and the later blocks' on the
-    CPU (sim/llamacpp_fit.py), a placement neither -ngl nor --n-cpu-moe makes; `plan --engine llamacpp` takes it
+    CPU (sim/engines/llamacpp/fit.py), a placement neither -ngl nor --n-cpu-moe makes; `plan --engine llamacpp` takes it
     where it is faster (4 new tokens: the ranking is the request), and is never slower than it at 6 and 12 GiB."""
     from hwmodels.presets import load_machine
     from planner.engines import plan_for_engine
-    from sim.models import load_model
-    from sim.simulate import fast_simulate
+    from sim.model.resolve import load_model
+    from sim.run.simulate import fast_simulate
     m = load_machine("h200-testbox")
     shape = load_model("mixtral-8x7b")
     w = Workload(batch=1, prompt_tokens=128, new_tokens=4)
@@ -1708,11 +1477,11 @@ def test_module_cleanup_reports_a_failed_interpreter(tmp_path):
 def test_llamacpp_cpu_range_scales_its_own_cpu_speed(toy_machine):
     """The test above's llama-cpp decoder l0 on the CPU (4 B at 2 B/s plus 19 ops x 0.01 s, its attention fused:
     2.19 s), l1 and l2 on the GPU grids (0.8 + 0.2 s): 3.19 s. With CPU grids timed in rounds that spread 20%, the
-    host factor 1 -+ 0.2 k (k = 1.1222, sim.interval) applies to llama.cpp's own CPU kernels, not only to the grids
+    host factor 1 -+ 0.2 k (k = 1.1222, sim.analysis.interval) applies to llama.cpp's own CPU kernels, not only to the grids
     (which its CPU units do not read): 2.19 x (1 -+ 0.2244) + 1.0."""
     import math
 
-    from sim.interval import cpu_range
+    from sim.analysis.interval import cpu_range
     model = toy_model((4, 8, 2))
     grids = _grids(model, {"l0": ("cpu", 0.8), "l1": ("gpu", 0.8), "l2": ("gpu", 0.2)})
     grids = tuple(g.model_copy(update={"spread": 0.2}) if g.device == "cpu" else g for g in grids)
@@ -1733,8 +1502,8 @@ def test_airllm_loader_wait_hand_worked():
     bytes left after the largest tensor: 8.8086 ms, less the 2 ms copy to the GPU it overlaps: 6.8086 ms. A copy
     longer than that leaves no wait; the embedding and the head (one matrix each) never wait."""
     from hwmodels.presets import load_machine
-    from sim.families import shape_from_config
-    from sim.schedule import airllm_loader_wait_s
+    from sim.model.families import shape_from_config
+    from sim.run.schedule import airllm_loader_wait_s
     cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
            "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 1024,
            "torch_dtype": "bfloat16"}
@@ -1757,7 +1526,7 @@ def test_airllm_cold_loader_wait_hand_worked():
     of a request waits for its whole read: 121,643,008 / 2 GB/s = 60.8215 ms. The head (one 1024 x 2048 matrix and
     the final norm: 4,198,400 bytes) is the tensor in flight: 2.5190 ms, past a 1 ms collection by 1.5190 ms."""
     from hwmodels.presets import load_machine
-    from sim.schedule import airllm_loader_wait_s
+    from sim.run.schedule import airllm_loader_wait_s
     cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
            "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 1024,
            "torch_dtype": "bfloat16"}
@@ -1782,7 +1551,8 @@ def test_airllm_cold_reads_are_waited_for_in_the_first_step():
     airllm_loader_wait_s and the later steps the warm ones; the warm run's waits are the warm ones at every step,
     the later steps of both runs are alike, and the SimPy timeline gives the fast evaluator's times."""
     from hwmodels.presets import load_machine
-    from sim.schedule import GPU_LOAD, airllm_loader_wait_s
+    from sim.run.items import GPU_LOAD
+    from sim.run.schedule import airllm_loader_wait_s
     cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
            "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 3, "vocab_size": 4096,
            "torch_dtype": "bfloat16"}
@@ -1829,8 +1599,8 @@ def test_airllm_does_not_pin_a_module_over_its_limit():
     thread's copy faults all of it in from disk (6,375,407,616 / 2 GB/s = 3.1877 s). A Llama-1B decoder (121,643,008
     bytes) is pinned as before."""
     from hwmodels.presets import load_machine
-    from sim.equations import copy_time_s
-    from sim.schedule import AIRLLM_PIN_LIMIT_BYTES, airllm_pins
+    from sim.costs.equations import copy_time_s
+    from sim.run.schedule import AIRLLM_PIN_LIMIT_BYTES, airllm_pins
     shape = shape_from_config(dict(preset_config("llama-3.1-405b"), num_hidden_layers=1))
     m = load_machine("h200-testbox")
     m = m.model_copy(update={"storage": m.storage.model_copy(update={"cold_read_bytes_per_s": 2e9})})
@@ -1896,30 +1666,3 @@ def test_llamacpp_fit_counts_what_the_simulator_prices():
                         pytest.approx(n, rel=1e-3, abs=1e-3), (ngl, batch, kernels, p)
 
 
-def test_repeat_floor_hand_worked(tmp_path):
-    """The floor of timings 2 and 3 ms is 20% (2.4 ms misses both by 20%, nothing does better); a call's rounds are
-    grouped by setting (the median repetition per token of each), and a miss is checked against its setting's
-    other timings."""
-    from benchmarks.repeat_floor import floor_pct, llamacpp_rounds, misses
-    assert floor_pct([2.0, 3.0]) == pytest.approx(20.0)
-    assert floor_pct([5.0, 5.0]) == 0.0
-    p = 2 * 2.0 * 3.0 / (2.0 + 3.0)  # the prediction halfway in ratio: misses each by exactly the floor
-    assert abs(p / 2.0 - 1) == pytest.approx(0.2) and abs(p / 3.0 - 1) == pytest.approx(0.2)
-    rec = lambda ms, rnd: {"avg_ns": 0, "samples_ns": [ms * 32e6, ms * 32e6 * 9, ms * 32e6], "n_gen": 32,
-                           "n_prompt": 0, "n_gpu_layers": 0, "args": ["-ngl", "0"], "round": rnd}
-    call = {"archs": [{"arch": "x", "gguf_shape": {"n_blocks": 4}, "exported": [],
-                       "llamacpp": [rec(2.0, 0), rec(3.0, 1), dict(rec(1.0, 0), n_gpu_layers=4, args=["-ngl", "4"])]},
-                      {"arch": "x", "gguf_shape": {"n_blocks": 2}, "exported": [], "llamacpp": [rec(9.0, 0)]}]}
-    (tmp_path / "c.json").write_text(json.dumps(call))
-    # the slow middle repetition does not count; the same shape cut to 2 layers is another setting
-    rounds = llamacpp_rounds([str(tmp_path / "c.json")])
-    assert rounds == {("c.json", "x", 4, "-ngl 0", "tg32"): [pytest.approx(2e-3), pytest.approx(3e-3)]}
-    rows = [{"file": "c.json", "arch": "x", "run": "-ngl 0", "test": "tg32", "pred": 2.1e-3, "error_pct": -30.0},
-            {"file": "c.json", "arch": "x", "run": "-ngl 4", "test": "tg32", "pred": 1.5e-3, "error_pct": 50.0},
-            {"file": "c.json", "arch": "x", "run": "-ngl 8", "test": "tg32", "pred": 1e-3, "error_pct": 5.0}]
-    table = {0: [2e-3, 3e-3], 1: [1e-3], 2: [0.98e-3, 1.02e-3]}
-    out = misses(rows, table, lambda r: int(r["run"].split()[1]) // 4, 25.0)
-    # -ngl 0 missed by 30% but its other round (2 ms) is within 15% of 2.1 ms; -ngl 4 was timed once
-    assert (out["missed_over_25_pct"], out["timed_again"], out["a_timing_within_15_pct_of_the_prediction"]) == (2, 1, 1)
-    steady = out["runs of settings timed again that reproduced (floor <= 10%)"]
-    assert steady["runs"] == 1 and steady["worst_abs_error_pct"] == 5.0  # -ngl 8: 0.98 and 1.02 ms, a 2% floor

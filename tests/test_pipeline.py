@@ -1,9 +1,9 @@
-"""The pipeline's rules (sim/pipeline.py), hand-worked on a three-layer toy streamed from RAM."""
+"""The pipeline's rules (sim/run/pipeline.py), hand-worked on a three-layer toy streamed from RAM."""
 import numpy as np
 
-from sim.pipeline import rules
+from sim.run.pipeline import rules
 from sim.plan import Workload
-from sim.schedule import build_schedule
+from sim.run.schedule import build_schedule
 from tests.toys import BIG, toy_model, toy_plan
 
 TWO = Workload(batch=1, prompt_tokens=1, new_tokens=2)
@@ -36,9 +36,9 @@ def test_a_transfer_to_the_gpu_inside_a_compute_waits_for_the_copies_queued_befo
     and needs the link 1 s in; item 2's load (copy 6 s) opens when item 0's compute starts. Hand-worked: copy 0 in
     [0, 4], item 0 in [4, 5], copy 2 in [4, 10]; item 1 starts at 5, at 6 it waits for copy 2 (queued before it) to
     end at 10, then its remaining 4 s: ends at 14 (10 without the wait); item 2 in [14, 15]. Fast = SimPy."""
-    from sim.fast import evaluate
-    from sim.schedule import GPU_LOAD, Schedule
-    from sim.timeline import Timeline
+    from sim.run.fast import evaluate
+    from sim.run.items import GPU_LOAD, Schedule
+    from sim.run.timeline import Timeline
     sch = Schedule(names=["a", "b", "c"], unit=[0, 1, 2], step=[0, 0, 0], on_cpu=[False] * 3,
                    load=[GPU_LOAD, 0, GPU_LOAD], read_bytes=[0.0] * 3, unpack_s=[0.0] * 3, copy_s=[4.0, 0.0, 6.0],
                    copy_bytes=[1.0, 0.0, 1.0], compute_s=[1.0, 5.0, 1.0], pinned_slot=[False] * 3,

@@ -142,8 +142,8 @@ def test_llamacpp_plan_says_which_build_it_prices():
     the same placement takes longer by at least that per GPU decoder, and the note says so."""
     from hwmodels import get_machine
     from planner.engines import plan_for_engine
-    from sim.families import shape_from_config
-    from sim.models import preset_config
+    from sim.model.families import shape_from_config
+    from sim.model.resolve import preset_config
     from sim.plan import Budgets, Workload
     m = get_machine("h200-testbox")
     model = shape_from_config(preset_config("llama-3.1-8b"))

@@ -11,12 +11,12 @@ from hwmodels import get_machine
 from planner import plan, plan_with_report
 from planner.export import to_accelerate, to_llamacpp
 from planner.evaluator import Evaluator
-from planner.options import OPTIONS
+from planner.choices import OPTIONS
 from planner.search import LOADER_SETTINGS
-from sim.memory import PlanError, check_plan, memory_use
-from sim.models import load_model
+from sim.costs.memory import PlanError, check_plan, memory_use
+from sim.model.resolve import load_model
 from sim.plan import Budgets, Plan, Workload
-from sim.simulate import fast_simulate
+from sim.run.simulate import fast_simulate
 from tests.conftest import TOY as SMALL_TOY
 from tests.toys import toy_model
 

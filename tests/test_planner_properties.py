@@ -14,11 +14,11 @@ from planner import plan, plan_with_report
 from planner.bound import lower_bound
 from planner.evaluator import Evaluator
 from planner.milp import quiet_stdout
-from planner.options import OPTIONS
+from planner.choices import OPTIONS
 from planner.pareto import contains, plan_budgets
-from sim.models import load_model
+from sim.model.resolve import load_model
 from sim.plan import Budgets, Workload
-from sim.simulate import fast_simulate
+from sim.run.simulate import fast_simulate
 from tests.conftest import TOY as SMALL_TOY
 from tests.toys import toy_model
 
@@ -53,7 +53,7 @@ def test_evaluator_equals_fast_simulate_with_contention_and_pinned_cpu_grids():
     """The planner's evaluator lays out what build_schedule does when CPU compute slows beside copies and a CPU unit
     in pinned RAM has a grid of its own (here 0.7x the pageable one)."""
     from hwmodels.profiles import ComputeGrid
-    from sim.compute import signature
+    from sim.costs.compute import signature
     m, q = get_machine("t4-cloud"), load_model("qwen3-14b")
     dec = next(u for u in q.units if u.kind == "decoder")
 
@@ -128,9 +128,9 @@ def test_lower_bound_is_the_least_dual_bound_of_every_offload_mode(name, machine
 
 
 def test_evaluator_times_are_its_schedules_step_times_and_a_twin_evaluator_scores_alike():
-    """times() takes each step's end over runs of items (sim.metrics.step_times over items gives the same); an
+    """times() takes each step's end over runs of items (sim.analysis.metrics.step_times over items gives the same); an
     evaluator built `like` another (its plans and per-size rows reused) scores as one built afresh."""
-    from sim.metrics import step_times
+    from sim.analysis.metrics import step_times
     m, q = get_machine("desktop-4090"), load_model("mixtral-8x7b")
     w = Workload(new_tokens=4)
     ev = Evaluator(q, m, w, Budgets.unlimited(), None)
@@ -260,7 +260,7 @@ def test_solver_prints_nothing_on_stdout(capfd):
 def test_a_given_seed_is_never_beaten_and_a_sweep_is_monotone():
     """Issue 10: more memory never gives a slower plan when the smaller budget's plan seeds the larger one."""
     from planner.pareto import sweep
-    from sim.simulate import fast_simulate
+    from sim.run.simulate import fast_simulate
     m, q = get_machine("rtx3080-laptop"), load_model("llama-3.1-8b")
     w = Workload(prompt_tokens=16, new_tokens=3)
     small = Budgets.of(m, vram=3 * 2**30, ram=12 * 2**30)

@@ -7,9 +7,10 @@ import planner.search as search_mod
 from hwmodels import get_machine
 from planner.candidates import unit_groups
 from planner.evaluator import Evaluator
-from planner.options import OPTIONS, groups, option_costs, usage
+from planner.choices import OPTIONS
+from planner.options import groups, option_costs, usage
 from planner.search import IMPROVES, Search, spread
-from sim.models import load_model
+from sim.model.resolve import load_model
 from sim.plan import Budgets, Workload
 from tests.test_planner_properties import RAW, TOY
 from tests.toys import toy_model

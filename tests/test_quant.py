@@ -2,8 +2,8 @@
 import pytest
 
 from hwmodels.units import InputError
-from sim.families import shape_from_config
-from sim.quant import bnb_4bit_bits, format_from_quant, grouped_int_bits
+from sim.model.families import shape_from_config
+from sim.model.quant import bnb_4bit_bits, format_from_quant, grouped_int_bits
 
 LLAMA3_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16"}

@@ -40,9 +40,9 @@ def test_airllm_slower_than_stream_with_same_weights_on_disk(capsys):
 
 def test_plan_file_round_trip(capsys, tmp_path):
     from hwmodels import get_machine
-    from sim.models import load_model
+    from sim.model.resolve import load_model
     from sim.plan import Budgets, Workload
-    from sim.policies import POLICIES
+    from sim.engines.placements import POLICIES
     m, q = get_machine("rtx3080-laptop"), load_model("qwen3-14b")
     plan = POLICIES["accelerate"](q, m, Workload(), Budgets.of(m, vram=7 * 2**30))
     plan.save(tmp_path / "p.json")

@@ -5,10 +5,10 @@ reads 1 B/s cold and 4 B/s from the page cache.
 """
 import pytest
 
-from sim.critical import critical_path, path_breakdown
-from sim.equations import t_prep
+from sim.analysis.critical import critical_path, path_breakdown
+from sim.costs.equations import t_prep
 from sim.plan import Budgets, Workload
-from sim.simulate import simulate
+from sim.run.simulate import simulate
 from tests.toys import BIG, toy_model, toy_plan
 
 ONE = Workload(batch=1, prompt_tokens=1, new_tokens=1)
@@ -91,7 +91,7 @@ def test_critical_path_spans_the_run(toy_machine):
 
 
 def test_over_budget_plan_is_refused(toy_machine):
-    from sim.memory import PlanError
+    from sim.costs.memory import PlanError
     m = toy_model()
     with pytest.raises(PlanError, match="vram: the plan needs .* raise --vram"):
         simulate(m, toy_machine, toy_plan(m, "vram"), ONE, Budgets(vram_bytes=10, ram_bytes=100, pinned_bytes=100))
@@ -143,8 +143,8 @@ def test_parallel_readers_each_read_at_its_own_time(toy_machine, readers):
 
 @pytest.mark.parametrize("tiers", ["ram_pinned", ["vram", "ram_pageable", "ram_pinned"], "disk_raw"])
 def test_critical_path_from_the_pipeline_rules_spans_the_run(toy_machine, tiers):
-    """Built from sim/pipeline.py's rules, the path is gap-free from 0 to the end, whatever waits bind."""
-    from sim.pipeline import rules
+    """Built from sim/run/pipeline.py's rules, the path is gap-free from 0 to the end, whatever waits bind."""
+    from sim.run.pipeline import rules
     m = toy_model()
     plan = toy_plan(m, tiers, prefetch_depth=1, vram_slots=2, pinned_slots=1)
     res = simulate(m, toy_machine, plan, Workload(prompt_tokens=1, new_tokens=3), BIG)

@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from offloadsim.cli import main  # noqa: E402
-from sim.models import load_model  # noqa: E402
+from sim.model.resolve import load_model  # noqa: E402
 from sim.plan import Budgets, Placement, Plan, Workload  # noqa: E402
-from sim.policies import POLICIES  # noqa: E402
+from sim.engines.placements import POLICIES  # noqa: E402
 
 TINY = ["--layers", "3", "--hidden", "128", "--intermediate", "256", "--heads", "4", "--kv-heads", "2", "--vocab", "512"]
 
@@ -69,7 +69,7 @@ def test_engine_matches_transformers(ckpt, store):
 
 def test_every_tier_is_bit_exact(ckpt, store):
     from hwmodels import get_machine
-    from sim.equations import machine_codec
+    from sim.costs.equations import machine_codec
     from validate.engine import Engine
     shape, machine = load_model(str(ckpt)), get_machine("rtx3080-laptop")
     w = Workload(prompt_tokens=5, new_tokens=4)
@@ -149,8 +149,8 @@ def test_engine_runs_any_plan_the_simulator_accepts_as_simulated(wide):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
     from hwmodels import get_machine
-    from sim.equations import machine_codec
-    from sim.simulate import simulate
+    from sim.costs.equations import machine_codec
+    from sim.run.simulate import simulate
     from validate.engine import Engine
     ckpt, store = wide
     shape, machine = load_model(str(ckpt)), get_machine("rtx3080-laptop")

@@ -1,7 +1,7 @@
 """Tiny hand-checkable models for timeline tests."""
-from sim.formats import parse_format
+from sim.model.formats import parse_format
 from sim.plan import Budgets, Placement, Plan
-from sim.shapes import ModelShape, UnitShape
+from sim.model.shapes import ModelShape, UnitShape
 
 FMT = parse_format("bf16")
 

@@ -19,9 +19,21 @@ import torch
 from tqdm import tqdm
 
 from hwmodels.presets import load_machine
-from sim.interval import CALIBRATE_ROUNDS  # the prediction interval reads a grid's spread as that many draws
+from sim.analysis.interval import CALIBRATE_ROUNDS  # the prediction interval reads a grid's spread as that many draws
 from validate.hook_cost import hook_module_s
 from validate.module_cleanup import module_cleanup
+from validate.store import drop_cache
+from validate.store import CHUNK, decompress_into, _planes
+from sim.model.families import shape_from_config
+from validate import model as M
+from sim.plan import Workload
+from sim.engines.common import make_plan
+from validate.compute_grid import random_blobs, unit_times
+from validate.engine import Engine
+from validate.compute_grid import measure_grids, median_grids
+from sim.costs.equations import copy_bytes_per_s
+from validate.engine_calibration import stage_speeds, stream_overheads
+from hwmodels.profiles import ComputeGrid
 
 MiB = 2**20
 
@@ -36,7 +48,6 @@ def _best(fn, reps: int = 3) -> float:
 
 
 def storage(folder: Path, nbytes: int, sizes=(MiB, 16 * MiB)) -> dict:
-    from validate.store import drop_cache
     out = {}
     folder.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=folder, prefix=".calib-")
@@ -85,7 +96,7 @@ def storage(folder: Path, nbytes: int, sizes=(MiB, 16 * MiB)) -> dict:
 def map_touch(path: Path, nbytes: int) -> float:
     """Bytes per second of mapping a file's page-cache pages into a fresh memory map, one byte read per page (the
     page-table work an engine pays when it uses mapped weights in place, e.g. Accelerate's np.memmap disk offload).
-    A lower bound of that cost: engines that map each tensor anew pay more (benchmarks/h200_map_touch.py)."""
+    A lower bound of that cost: engines that map each tensor anew pay more (lab/probes/h200_map_touch.py)."""
     def once() -> None:
         m = np.memmap(path, dtype=np.uint8, mode="r")
         int(m[::4096].sum())
@@ -173,7 +184,6 @@ def h2d(sizes, total: int = 2 * 1024 * MiB) -> dict:
 
 def codec(nbytes: int, threads=(1, 2, 4)) -> dict:
     import zstandard
-    from validate.store import CHUNK, decompress_into, _planes
     w = (torch.randn(nbytes // 2) * 0.02).to(torch.bfloat16).view(torch.uint8).numpy()
     planes = _planes(w)
     c = zstandard.ZstdCompressor(level=3)
@@ -191,8 +201,6 @@ def codec(nbytes: int, threads=(1, 2, 4)) -> dict:
 
 def compute(config: dict, device: str, batch_sizes=(1, 4), seqs=(1, 128)) -> dict:
     """Time the engine's decoder layer on real-shape random weights: decode and prefill, fit the roofline."""
-    from sim.families import shape_from_config
-    from validate import model as M
     arch = M.Arch.from_config(config)
     unit = next(u for u in shape_from_config(config).units if u.kind == "decoder")
     h, inter, d = arch.hidden, config["intermediate_size"], arch.head_dim
@@ -250,11 +258,6 @@ def pin_speed(nbytes: int) -> float:
 def contention(config: dict, machine, cuda: bool) -> dict:
     """CPU decoder time alone and while host-to-device copies (or, without CUDA, memcpys) run beside it."""
     import threading
-    from sim.families import shape_from_config
-    from sim.plan import Workload
-    from sim.policies import make_plan
-    from validate.compute_grid import random_blobs, unit_times
-    from validate.engine import Engine
     cfg = dict(config, num_hidden_layers=2)
     cfg.pop("rope_scaling", None)
     shape = shape_from_config(cfg)
@@ -295,7 +298,6 @@ def cpu_grids(config: dict, machine, grid: dict, rounds: int) -> list:
     """CPU grids with the weights in pageable and in pinned RAM (a plan's CPU layers read from either), timed in
     `rounds` interleaved rounds (pageable, pinned, pageable, ...) so that both see the same host drift, each point
     the median over the rounds."""
-    from validate.compute_grid import measure_grids, median_grids
     per: dict[str, list] = {"pageable": [], "pinned": []}
     for _ in range(rounds):
         for memory, got in per.items():
@@ -304,7 +306,6 @@ def cpu_grids(config: dict, machine, grid: dict, rounds: int) -> list:
 
 
 def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eager: bool = True) -> dict:
-    from validate.compute_grid import measure_grids
     m = load_machine(base)
     steps = ["storage", "memcpy", "pin", "link", "codec", "roofline", "grid-gpu", "grid-cpu", "contention", "cleanup",
              "hooks"]
@@ -370,9 +371,6 @@ def kept_from_preset(machine: dict, measured: set[str]) -> list[str]:
 def _in_engine(machine, folder: Path, quick: bool, meas: dict):
     """Stage speeds timed inside the engine replace the microbenchmarks' at the unit's size (copy speeds are scaled
     by size around the engine's point); then the per-item host cost is fitted. Returns (machine, overrides)."""
-    from sim.equations import copy_bytes_per_s
-    from sim.plan import Workload
-    from validate.engine_calibration import stage_speeds, stream_overheads
     cuda = torch.cuda.is_available()
     w = Workload(batch=1, prompt_tokens=16, new_tokens=4 if quick else 6)
     st = stage_speeds(meas["config"], machine, folder / ".calib-stages", w)
@@ -462,7 +460,6 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: 
     """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}. On a machine without CUDA the CPU
     plays the GPU: its grids are stored as the 'gpu' device, and the link is a host copy. `eager`: also time the GPU
     grid with eager launches (what the peer engines pay; not needed to validate offloadsim's own engine)."""
-    from hwmodels.profiles import ComputeGrid
     cuda = torch.cuda.is_available()
     # the engine times a tied head as its own matrix: the same bytes and work per unit (it refuses tied checkpoints)
     config = dict(config, tie_word_embeddings=False)

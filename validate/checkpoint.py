@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from hwmodels.units import InputError
-from sim.models import preset_config
+from sim.model.resolve import preset_config
 
 
 def make_config(preset: str, **overrides) -> dict:

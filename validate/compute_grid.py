@@ -17,6 +17,12 @@ import torch
 
 from hwmodels.profiles import ComputeGrid
 from hwmodels.specs import MachineSpec
+from validate.store import _blob, _layout
+from sim.model.families import shape_from_config
+from sim.plan import Workload
+from sim.engines.common import make_plan
+from validate.engine import Engine
+from sim.costs.compute import signature
 
 KINDS = ("embedding", "decoder", "lm_head")
 
@@ -59,7 +65,6 @@ def random_tensors(config: dict, shape, gen_device: str) -> dict[str, dict[str, 
 
 def random_blobs(config: dict, shape, gen_device: str) -> dict[str, tuple[torch.Tensor, list[dict]]]:
     """unit -> (flat uint8 host tensor, layout), as the layer store would hold it."""
-    from validate.store import _blob, _layout
     out = {}
     for name, tensors in random_tensors(config, shape, gen_device).items():
         layout, size = _layout(tensors)
@@ -89,10 +94,6 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
     decode axis, their prefill multiplied on the GPU as the engine does for a big step, so a long cache costs
     seconds, not the minutes a CPU prefill of it would (the CPU's attention over a long cache was unmeasured and
     cost a Qwen3-8B layer 4x its short-context time, call M, docs/validation.md)."""
-    from sim.families import shape_from_config
-    from sim.plan import Workload
-    from sim.policies import make_plan
-    from validate.engine import Engine
     if contexts and min(contexts) <= max(batches):
         raise ValueError(f"contexts: {min(contexts)} must exceed the largest batch {max(batches)} (the prompt "
                          "offloads, the decode steps stay on the CPU); give longer contexts.")
@@ -136,7 +137,6 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
     for u in shape.units:
         if u.kind not in KINDS or any(g.unit.kind == u.kind for g in out):
             continue
-        from sim.compute import signature
         out.append(ComputeGrid(unit=signature(u, family), device=device, dispatch=dispatch,
                                memory=("pinned" if pinned else "pageable") if on_cpu else "vram", batch=tuple(batches),
                                prefill_tokens=tuple(prompts), prefill_s=tuple(map(tuple, pre[u.kind].tolist())),

@@ -10,37 +10,24 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from hwmodels.specs import MachineSpec
-from sim.equations import STAGED_TIERS
-from sim.events import Event
-from sim.memory import offload_kv_copy_bytes, streamed_units
+from sim.costs.equations import STAGED_TIERS
+from sim.costs.memory import offload_kv_copy_bytes, streamed_units
 from sim.plan import Plan, Workload
-from sim.shapes import ModelShape
+from sim.model.shapes import ModelShape
 from validate import model as M
 from validate.store import drop_cache, file_meta, read_bytes, read_into, views
+from validate.run_result import RunResult
+from validate.stream_run import StreamRun
 
 SWITCH_INTERVAL_S = 2e-4
 RESERVED_CORES = 2  # CPU compute leaves a core each to the reader and copier threads (else one busy core stalls
                     # every intra-op barrier: 8.7x slower CPU layers beside copies on the H200 host, calibrate run 1)
-
-
-@dataclass
-class RunResult:
-    tokens: torch.Tensor          # [batch, new_tokens]
-    logits: list[torch.Tensor]    # per step, [batch, vocab] float32 on the CPU
-    events: list[Event]
-    ttft_s: float
-    time_per_token_s: float
-    total_s: float
-    graphs: bool = False          # GPU-placed units ran as captured CUDA graphs (False: eagerly)
-    gpu_peak_bytes: int = 0       # the most GPU memory this engine held during the run (torch's allocator: tensors
-                                  # live, not its cache), weights and slots included; 0 on the CPU
 
 
 class Engine:
@@ -128,7 +115,7 @@ class Engine:
             self.read_slots.append(buf)
 
     def _size_slots(self, w: Workload | None) -> None:
-        """VRAM staging slots for the units that pass through them (sim.memory.streamed_units: GPU-computed units
+        """VRAM staging slots for the units that pass through them (sim.costs.memory.streamed_units: GPU-computed units
         not resident, and with `w`, the CPU units a big prompt multiplies on the GPU), as the memory model counts
         them: none when nothing streams; grown before a run whose prompt offloads a larger unit."""
         slot = max((self.meta[n]["nbytes"] for n in streamed_units(self.shape, self.plan, w)), default=0)
@@ -171,7 +158,6 @@ class Engine:
             torch.backends.cuda.enable_cudnn_sdp(cudnn_sdp)
 
     def _run(self, w: Workload, prompt: torch.Tensor | None, cold: bool) -> RunResult:
-        from validate.stream_run import StreamRun
         if cold:
             self.drop_page_cache()
         self._size_slots(w)

@@ -16,14 +16,20 @@ import numpy as np
 import torch
 
 from hwmodels.specs import MachineSpec
+from sim.model.families import shape_from_config
+from validate.compute_grid import random_tensors
+from validate.store import write_store
+from sim.engines.common import make_plan
+from validate.engine import Engine
+from sim.costs.equations import machine_codec, unpack_time_s
+from sim.plan import Budgets
+from sim.run.simulate import simulate
+from validate.compute_grid import measure_grids
 
 TIERS = ("ram_pinned", "ram_pageable", "ram_compressed", "disk_raw")
 
 
 def _model(config: dict, folder: Path, **over):
-    from sim.families import shape_from_config
-    from validate.compute_grid import random_tensors
-    from validate.store import write_store
     cfg = dict(config, **over)
     cfg.pop("rope_scaling", None)
     shape = shape_from_config(cfg)
@@ -34,15 +40,12 @@ def _model(config: dict, folder: Path, **over):
 
 
 def _plan(shape, machine: MachineSpec, tier: str | None):
-    from sim.equations import machine_codec
-    from sim.policies import make_plan
     tiers = {u.name: (tier if tier and u.kind == "decoder" else "vram") for u in shape.units}
     return make_plan(shape, machine, f"calibrate-{tier or 'resident'}", tiers, prefetch_depth=2, vram_slots=3,
                      pinned_slots=3, codec=machine_codec(machine))
 
 
 def _run(store: Path, cfg, shape, plan, machine, w, cold: bool = False):
-    from validate.engine import Engine
     engine = Engine(store, cfg, shape, plan, machine)
     engine.run(w)  # warm-up: kernels, allocator, page cache
     if cold:
@@ -56,7 +59,6 @@ def _median(values) -> float:
 
 def stage_speeds(config: dict, machine: MachineSpec, folder: Path, w) -> dict:
     """Copy, read and decode speeds of decoder units streamed by the engine (decode steps; cold reads: step 0)."""
-    from sim.equations import machine_codec, unpack_time_s
     cfg, shape = _model(config, folder, num_hidden_layers=2, vocab_size=1024)
     dec = {u.name: u.nbytes for u in shape.units if u.kind == "decoder"}
     out: dict = {"unit_nbytes": int(max(dec.values()))}
@@ -82,9 +84,6 @@ def stage_speeds(config: dict, machine: MachineSpec, folder: Path, w) -> dict:
 def stream_overheads(config: dict, machine: MachineSpec, folder: Path, w) -> tuple[dict[str, float], float]:
     """Per tier, the compute-lane seconds the engine adds per streamed item, fitted on a tiny model of the family;
     and the seconds a streaming run starts late (its first token's shortfall once those are in)."""
-    from sim.plan import Budgets
-    from sim.simulate import simulate
-    from validate.compute_grid import measure_grids
     tiny = dict(num_hidden_layers=4, hidden_size=256, intermediate_size=512, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=64, vocab_size=1024)
     cfg, shape = _model(config, folder, **tiny)

@@ -6,7 +6,7 @@ before each forward the first takes every tensor from the offload map (`Offloade
 safetensors open, priced apart by `disk_tensor_s`) and sets it on the execution device (`set_module_tensor_to_device`,
 a new Parameter each time), after the forward sets it back on `meta`; the block hooks move the forward's arguments,
 the KV cache among them. All of it is Python work per module and forward, whatever the tensors' sizes: on the H200
-host 0.11-0.29 ms a module for the first alone (benchmarks/h200_accel_disk_probe.py, docs/peers/accel-disk.json),
+host 0.11-0.29 ms a module for the first alone (lab/probes/h200_accel_disk_probe.py, docs/peers/accel-disk.json),
 as much as the open of a small tensor. Timed here as a run pays it: a small Llama (SMALL_LLAMA) saved as
 safetensors, loaded by transformers with every decoder on "disk" and again all on "cpu", generations interleaved;
 the disk run's time less the RAM run's, less the time spent inside the offload map's reads, per offloaded module and

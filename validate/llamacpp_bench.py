@@ -1,7 +1,7 @@
 """llama.cpp's own measurements (llama-bench -o json) as runs of the llama.cpp engine model, and one host's CPU speed
 calibrated on them.
 
-A llama-bench record becomes a run: the placement its -ngl (and --n-cpu-moe) gives (sim.policies.llamacpp_ngl),
+A llama-bench record becomes a run: the placement its -ngl (and --n-cpu-moe) gives (sim.engines.placements.llamacpp_ngl),
 its weights the mapped model file unless its load mode reads them into pinned host buffers (mapped_of), its time
 per token (a generation test: the median repetition over its G tokens) or its first token (a prompt test).
 
@@ -21,10 +21,11 @@ from pathlib import Path
 from hwmodels.specs import MachineSpec, PeerSpec
 from hwmodels.units import InputError
 from sim.plan import Budgets, Plan, Workload
-from sim.policies import llamacpp_ngl
-from sim.shapes import ModelShape
+from sim.engines.llamacpp.layout import llamacpp_ngl
+from sim.model.shapes import ModelShape
 from validate.peer_calibration import (HOST_SCALE_BOUNDS, PeerRun, fit_host_scale, floor_pct, host_scaled, predict,
                                        with_peer)
+from hwmodels.presets import load_machine
 
 UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")  # llama-model-loader.cpp: only auto, mmap and mmap+mlock map the file
 MAX_BENCH_BYTES = 64 * 2**20
@@ -139,7 +140,6 @@ def _base_spec(machine: MachineSpec) -> tuple[PeerSpec, str]:
     spec = machine.peers.get("llamacpp")
     if spec is not None and spec.cpu_bytes_per_s is not None:
         return spec, ""
-    from hwmodels.presets import load_machine
     return load_machine("h200-testbox").peers["llamacpp"], "llama.cpp's costs of the h200-testbox preset, "
 
 

@@ -1,10 +1,10 @@
 """A peer engine's host costs (machine.peers) fitted on measured runs of the real engine.
 
-The engine model (sim/policies.py for the placement, sim/schedule.py for the costs) predicts each run from the
+The engine model (sim/engines/placements.py for the placement, sim/run/schedule.py for the costs) predicts each run from the
 machine profile with the peer's costs at zero; what the real engine took beyond that is, per token, a non-negative
 combination of the peer's cost parameters times how often the run pays each (per step, per module loaded, per unit
 loaded), solved by non-negative least squares (scipy.optimize.nnls) over the calibration runs. Runs not used here
-are the held-out check (benchmarks/peers_report.py). No torch: runs are given as plans and measured times.
+are the held-out check (lab/reports/peers_report.py). No torch: runs are given as plans and measured times.
 """
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from scipy.optimize import least_squares, nnls
 
 from hwmodels.specs import MachineSpec, PeerSpec
 from sim.plan import Budgets, Plan, Workload
-from sim.compute import matrix_rows
-from sim.schedule import airllm_modules, cpu_stream_bytes_per_s, ggml_flash_attention, graph_warmup_steps
-from sim.shapes import (ATTENTION_KINDS, GGML_MOE_WEIGHTS, ModelShape, ggml_moe_ops, ggml_ops, ggml_weights,
+from sim.costs.compute import matrix_rows
+from sim.run.schedule import airllm_modules, cpu_stream_bytes_per_s, ggml_flash_attention, graph_warmup_steps
+from sim.model.shapes import (ATTENTION_KINDS, GGML_MOE_WEIGHTS, ModelShape, ggml_moe_ops, ggml_ops, ggml_weights,
                         param_modules)
+from sim.run.simulate import fast_simulate
 
 PARAMS = {"accelerate": ("step_s", "load_module_s", "cpu_compute_scale"), "airllm": ("load_unit_s",),
           "llamacpp": ("step_s", "cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_head_bytes_per_s", "cpu_op_s",
@@ -48,7 +49,6 @@ def with_peer(machine: MachineSpec, engine: str, spec: PeerSpec) -> MachineSpec:
 
 
 def predict(model: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
-    from sim.simulate import fast_simulate
     peer = machine.peers.get(run.plan.engine)
     update = dict(run.peer_update)
     if run.graphs_warm and peer is not None and peer.gpu_graph_warmup_op_s:
@@ -59,17 +59,17 @@ def predict(model: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
 
 
 def features(model: ModelShape, run: PeerRun, params: tuple[str, ...], spec: PeerSpec | None = None) -> np.ndarray:
-    """How many times per token the run pays each parameter, as sim.schedule prices it; `spec`: the peer's costs
+    """How many times per token the run pays each parameter, as sim.run.schedule prices it; `spec`: the peer's costs
     the run is priced with (its flash-attention settings, PeerRun.peer_update over them), the defaults if none."""
     t = run.plan.tiers()
     loaded = [u for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
-    # a block's routed experts: one set of operators per block and step, where its experts are (sim.schedule)
+    # a block's routed experts: one set of operators per block and step, where its experts are (sim.run.schedule)
     expert_blocks = {dev: {u.block for u in model.units if u.kind == "expert" and t[u.name].compute == dev}
                      for dev in ("cpu", "gpu")}
     moe_ops = ggml_moe_ops(model.experts_per_token) if model.is_moe else 0
     tokens = run.workload.batch  # per decode step: one of every sequence
     decode = bool(np.isfinite(run.measured_tpot_s))  # a prompt test's one step is many tokens
-    multi = tokens > 1  # sim.compute.gpu_compute_s: any decode step of several sequences
+    multi = tokens > 1  # sim.costs.compute.gpu_compute_s: any decode step of several sequences
     offload = run.plan.gpu_offload_min_tokens is not None and tokens >= run.plan.gpu_offload_min_tokens
     peer = (spec or PeerSpec()).model_copy(update=run.peer_update)
     fused = ggml_flash_attention(model, run.plan, peer.flash_attention, peer.flash_attn)
@@ -84,7 +84,7 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...], spec: Pee
            "gpu": float(sum(ggml_ops(u.kind, model.family) for u in on_gpu)
                         + moe_ops * len({u.block for u in on_gpu if u.kind == "expert"}))}
     rows = sum(matrix_rows(u) * share[u.name] for u in on_gpu)
-    # a graph warm-up launches the GPU-placed units' operators (sim.schedule: not those of offloaded weights)
+    # a graph warm-up launches the GPU-placed units' operators (sim.run.schedule: not those of offloaded weights)
     placed_gpu_ops = float(sum(ggml_ops(u.kind, model.family) for u in model.units if t[u.name].compute == "gpu")
                            + moe_ops * len(expert_blocks["gpu"]))
     attention = float(sum(u.kind in ATTENTION_KINDS for u in model.units if t[u.name].compute == "gpu"))
@@ -123,7 +123,7 @@ MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s", "gp
 def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec,
                batch: int = 1) -> dict[str, float]:
     """Bytes per decode step of `batch` sequences the plan's CPU units stream at each of the peer's CPU speeds
-    (sim.schedule's choice: memory, the last-level cache, the head's own); none on a step that ggml offloads (the
+    (sim.run.schedule's choice: memory, the last-level cache, the head's own); none on a step that ggml offloads (the
     weights are copied to the GPU instead); the embedding looks rows up and streams none."""
     probe = spec.model_copy(update=PROBE)
     speed = {v: k for k, v in PROBE.items()}

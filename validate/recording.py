@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from sim.events import Event
+from sim.run.events import Event
 
 
 class Clock:

@@ -10,13 +10,15 @@ import numpy as np
 import torch
 
 from hwmodels.specs import MachineSpec
-from sim.events import Event, write_chrome_trace
-from sim.memory import memory_use
-from sim.plan import Budgets, Plan, Workload, write_atomic
-from sim.policies import POLICIES
-from sim.simulate import simulate
-from sim.shapes import ModelShape
+from sim.run.events import Event, write_chrome_trace
+from sim.costs.memory import memory_use
+from hwmodels.files import write_atomic
+from sim.plan import Budgets, Plan, Workload
+from sim.engines.placements import POLICIES
+from sim.run.simulate import simulate
+from sim.model.shapes import ModelShape
 from validate.engine import Engine, RunResult
+from sim.analysis.plots import COLORS, LANE_ORDER
 
 
 def per_token(events: list[Event]) -> list[float]:
@@ -51,7 +53,6 @@ def overlay_gantt(pred: list[Event], meas: list[Event], path: Path, title: str) 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from sim.plots import COLORS, LANE_ORDER
     fig, axes = plt.subplots(2, 1, figsize=(12, 5), sharex=True)
     for ax, evs, label in ((axes[0], pred, "predicted"), (axes[1], meas, "measured")):
         lanes = [lane for lane in LANE_ORDER if any(e.resource == lane for e in pred + meas)]

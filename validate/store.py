@@ -20,9 +20,10 @@ from safetensors.torch import save_file
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
 
 from hwmodels.units import InputError
-from sim.plan import write_atomic
-from sim.equations import CHUNK_BYTES
-from sim.shapes import ModelShape
+from hwmodels.files import write_atomic
+from sim.costs.equations import CHUNK_BYTES
+from sim.model.shapes import ModelShape
+from hwmodels.files import load_json
 
 CHUNK = CHUNK_BYTES
 DTYPES = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "torch.float32": torch.float32}
@@ -79,7 +80,6 @@ class StoreIndex(BaseModel):
 
 def check_store(store: Path, shape: ModelShape) -> StoreIndex:
     """Read store.json and check it against the model and the folder; InputError names the fix (rebuild)."""
-    from sim.models import load_json
 
     fix = f"delete {str(store)!r} to rebuild it"
     data = load_json(store / "store.json", "store", 64 * 2**20, fix)

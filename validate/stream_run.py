@@ -2,7 +2,7 @@
 
 reader (storage -> host or pinned buffer) -> unpacker (zstd workers) -> copier (a side CUDA stream into VRAM slots)
 -> compute (the current stream, waiting on CUDA events). Which earlier event releases each stage is the simulator's
-own rule (`sim/pipeline.py`); every stage records its start and end with the simulator's event schema.
+own rule (`sim/run/pipeline.py`); every stage records its start and end with the simulator's event schema.
 """
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from sim.pipeline import rules
+from sim.run.pipeline import rules
 from sim.plan import Budgets, Workload
-from sim.schedule import CPU_READ, GPU_LOAD, build_schedule
+from sim.run.items import CPU_READ, GPU_LOAD
+from sim.run.schedule import build_schedule
 from validate import model as M
 from validate.recording import Clock, to_events
 from validate.store import decompress_into, read_into, views
+from validate.run_result import RunResult
 
 
 class StreamRun:
@@ -74,7 +76,7 @@ class StreamRun:
 
     # -- the stage threads --------------------------------------------------------------------------------------
     def gate(self, k: int) -> None:
-        """The simulator's rules (sim/pipeline.py): prefetch window, depth 0, router."""
+        """The simulator's rules (sim/run/pipeline.py): prefetch window, depth 0, router."""
         i = self.loads[k]
         if self.after[i] >= 0:
             self.finished[self.after[i]].wait()
@@ -341,7 +343,6 @@ class StreamRun:
         self.finished[i].set()
 
     def execute(self):
-        from validate.engine import RunResult
         with torch.inference_mode():
             self.prepare()
         self.clock = Clock(self.e.cuda)

@@ -1,0 +1,63 @@
+"""Files every layer reads and writes: bounded JSON reading and atomic writing.
+
+Readers bound their work by the file's size before they parse; writers never leave a file half-written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from hwmodels.units import InputError
+
+MAX_CONFIG_BYTES = 16 * 2**20      # config.json files are a few KiB
+MAX_HEADER_BYTES = 100 * 2**20     # safetensors refuses larger headers too
+MAX_JSON_DEPTH = 32
+
+
+def _depth(obj, limit: int = MAX_JSON_DEPTH) -> int:
+    """Nesting depth of parsed JSON, iteratively (no recursion on hostile input); stops past `limit`."""
+    depth, level = 0, [obj]
+    while level and depth <= limit:
+        depth += 1
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())
+                 if isinstance(v, (dict, list))]
+    return depth
+
+
+def load_json(path: Path, field: str, max_bytes: int = MAX_CONFIG_BYTES, fix: str = "fix the file"):
+    """Parse a JSON file the CLI reads: refuses non-files, huge files, bad JSON and deep nesting in one sentence."""
+    try:
+        if not path.is_file():
+            raise InputError(f"{field}: {str(path)!r} is not a regular file; give the path of a JSON file.")
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise InputError(f"{field}: {str(path)!r} is {size / 2**20:.0f} MiB, larger than any such file "
+                             f"({max_bytes / 2**20:.0f} MiB); {fix}.")
+        text = path.read_bytes().decode("utf-8")
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{field}: {str(path)!r} is not valid JSON ({exc.msg} at line {exc.lineno}); {fix}.") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{field}: {str(path)!r} is not UTF-8 text; {fix}.") from None
+    except RecursionError:
+        raise InputError(f"{field}: {str(path)!r} nests deeper than {MAX_JSON_DEPTH} levels; {fix}.") from None
+    except OSError as exc:
+        raise InputError(f"{field}: {str(path)!r} cannot be read ({exc.strerror}); check the path.") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise InputError(f"{field}: {str(path)!r} nests deeper than {MAX_JSON_DEPTH} levels; {fix}.")
+    return data
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder, replaced in one step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
