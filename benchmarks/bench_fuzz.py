@@ -8,7 +8,7 @@ on stderr naming the field, and no input file or folder changed. Classes counted
 memory (> 2 GiB above the start, or the CLI's out-of-memory sentence), wrong exit codes, files changed, poor
 messages (more than one line, or the field not named).
 
-    python benchmarks/bench_fuzz.py --cases 1200 --out docs/fuzz.json
+    python benchmarks/bench_fuzz.py --cases 1200 --out lab/data/fuzz.json
 """
 from __future__ import annotations
 

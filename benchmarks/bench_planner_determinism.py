@@ -1,6 +1,6 @@
 """Planner determinism, monotonicity (a larger budget seeded with the smaller one's plan, and planned alone),
 quality against seeds and peers, gap to the lower bound and to brute force, and planning times.
-Writes docs/planner/bench_planner_determinism.json.
+Writes lab/data/planner/bench_planner_determinism.json.
 
     python benchmarks/bench_planner_determinism.py [--instances 108] [--repeats 5] [--deepseek]
 """
@@ -117,7 +117,7 @@ def link_quality(n: int) -> dict:
 def quality(n: int) -> dict:
     """Per instance: the plan at the smaller budget, the plan at the larger one seeded with it (plan_budgets, the
     construction that makes the planner monotone: `monotonicity_violations`), and the larger budget planned alone
-    (`independent_violations`: two unrelated calls, not guaranteed; docs/planner.md)."""
+    (`independent_violations`: two unrelated calls, not guaranteed; lab/journal/planner.md)."""
     viol, alone_viol, rows, beaten, gaps, times = 0, 0, [], 0, [], []
     for name, machine, b, axis, bigger in instances(n):
         a, c = plan_budgets(load_model(name), get_machine(machine), W, [b, bigger])
@@ -190,7 +190,7 @@ def main() -> None:
     ap.add_argument("--brute", type=int, default=30)
     ap.add_argument("--link-instances", type=int, default=36)
     ap.add_argument("--deepseek", action="store_true")
-    ap.add_argument("--out", default="docs/planner/bench_planner_determinism.json")
+    ap.add_argument("--out", default="lab/data/planner/bench_planner_determinism.json")
     a = ap.parse_args()
     res = {"determinism": determinism(a.repeats), "brute_force": brute_force(a.brute), "quality": quality(a.instances),
            "link": link_quality(a.link_instances), "timings": timings(a.deepseek)}

@@ -13,7 +13,7 @@ from _common import figure, result  # noqa: E402
 from hwmodels import get_machine, list_machines  # noqa: E402
 from sim.costs.equations import compression_pays  # noqa: E402
 
-RATIO = 0.71  # byte-plane zstd on BF16, measured on the H200 run (docs/validation/profile.json)
+RATIO = 0.71  # byte-plane zstd on BF16, measured on the H200 run (lab/data/validation/profile.json)
 S = 1e9
 disk = np.logspace(np.log10(0.3e9), np.log10(60e9), 200)
 unpack = np.logspace(np.log10(0.3e9), np.log10(60e9), 200)

@@ -102,7 +102,7 @@ def _machine(name: str) -> tuple[MachineSpec, dict[str, str]]:
         data[kind][field] = value
         if src:
             sources[path] = src
-    if "peers" in entry:  # measured costs of peer engines on this machine (docs/peers.md)
+    if "peers" in entry:  # measured costs of peer engines on this machine (lab/journal/peers.md)
         data["peers"] = {k: v.model_dump() for k, v in default_peers().items()}
         for engine, values in entry["peers"].items():
             data["peers"][engine].update(values)

@@ -154,13 +154,13 @@ class PeerSpec(Spec):
                                    "weights may take and stay in it (the KV cache, activations, the code and other "
                                    "processes hold the rest; replacement is not perfect): measured on the H200 host "
                                    "(300 MiB L3) between 176 MB (7 Qwen3-0.6B layers: fast) and 201 MB (8: not), "
-                                   "calls G and J, docs/peers.md; with part of the model on the GPU.")
+                                   "calls G and J, lab/journal/peers.md; with part of the model on the GPU.")
     cpu_cache_share_alone: float = Field(default=1.0, gt=0, le=1, description="cpu_cache_share when every unit is "
                                          "computed on the CPU (llama.cpp's -ngl 0: no GPU in the token's path): "
                                          "on the H200 host, all-CPU runs at 0.63-0.86 of the L3 streamed at its "
                                          "speed in calls U, AH, AM and AQ (SmolLM-135M, a 24-layer Llama-640), where "
                                          "runs with the GPU taking part left it from 0.64 (calls G, H, J, AA, AM: "
-                                         "Qwen3-0.6B, Llama-3B); docs/peers.md, thirtieth session.")
+                                         "Qwen3-0.6B, Llama-3B); lab/journal/peers.md, thirtieth session.")
     cpu_op_s: NonNegativeFloat = Field(default=0.0, description="With cpu_bytes_per_s: per computing operator of a "
                                        "CPU-computed unit in the engine's own graph (sim.model.shapes.GGML_OPS; llama.cpp "
                                        "joins its threads after each), on top of the streaming time.")

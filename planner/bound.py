@@ -1,4 +1,4 @@
-"""A lower bound on the simulated total time of every plan (proof in docs/planner.md, "The lower bound").
+"""A lower bound on the simulated total time of every plan (proof in lab/journal/planner.md, "The lower bound").
 
 For each unit and option the work it puts on each serial resource (the compute chain, the copy engine, the disk
 reader, the unpacker) is bounded from below over the request's real expert draws, with the page cache assumed to

@@ -110,13 +110,13 @@ LLAMA6 = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers
 
 
 @pytest.mark.parametrize("vram, ram, want", [
-    # max_memory of the H200 runs (docs/peers/peers-b.json) and the map transformers 5.17 chose for them
+    # max_memory of the H200 runs (lab/data/peers/peers-b.json) and the map transformers 5.17 chose for them
     (2831219097, 100 * 2**30, {"model.embed_tokens": "vram", "model.layers.0": "vram", "model.layers.1": "ram_pageable",
                                "lm_head": "ram_pageable"}),
     (1415609548, 100 * 2**30, {"model.embed_tokens": "ram_pageable", "model.layers.0": "ram_pageable",
                                "lm_head": "ram_pageable"}),
     (1415609548, 943739699, {"model.embed_tokens": "disk_raw", "model.layers.5": "disk_raw", "lm_head": "disk_raw"}),
-    # docs/peers/peers-d.json: the CPU keeps the largest block still to place (the 1.05 GB head) free as well, so
+    # lab/data/peers/peers-d.json: the CPU keeps the largest block still to place (the 1.05 GB head) free as well, so
     # 2.36 GB of RAM holds the 1.05 GB embedding but not a 0.44 GB layer after it, and 3.54 GB three layers
     (1415609548, 2359349248, {"model.embed_tokens": "ram_pageable", "model.layers.0": "disk_raw", "lm_head": "disk_raw"}),
     (1415609548, 3539023872, {"model.embed_tokens": "ram_pageable", "model.layers.2": "ram_pageable",
@@ -129,10 +129,10 @@ def test_accelerate_placement_matches_measured_maps(vram, ram, want):
     assert {k: tiers[k] for k in want} == want
 
 
-# call Q's layer (docs/peers/peers-q.json): 16 Llama layers of hidden 2048, 16 heads without grouping
+# call Q's layer (lab/data/peers/peers-q.json): 16 Llama layers of hidden 2048, 16 heads without grouping
 FA16 = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=16, hidden_size=2048,
                               intermediate_size=5632, num_attention_heads=16, num_key_value_heads=16, vocab_size=32000))
-# call R's (docs/peers/peers-r.json): a Llama-3.2-1B-like layer whose head is tied to the embedding
+# call R's (lab/data/peers/peers-r.json): a Llama-3.2-1B-like layer whose head is tied to the embedding
 TIED = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=16, hidden_size=2048,
                               intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
                               tie_word_embeddings=True))
@@ -1397,7 +1397,7 @@ def test_llamacpp_prompt_step_pays_its_own_split_cost_and_decode_steps_the_fitte
 
 
 @pytest.mark.parametrize("arch, layers, mib, printed", [
-    # llama-fit-params' printed placements at budgets of call AK (docs/peers/llamacpp-ak.json: its free memory less
+    # llama-fit-params' printed placements at budgets of call AK (lab/data/peers/llamacpp-ak.json: its free memory less
     # the margin, -c 160): the Mixtral-like shape's output alone at 2946 MiB (every layer with its experts on the
     # CPU fitted, but fit.cpp's layouts keep the first GPU block whole), then partial layers with the first one's
     # ffn_down (GATE) or ffn_gate and ffn_down (UP) on the CPU; a dense shape's -ngl

@@ -162,7 +162,7 @@ def test_plan_never_worse_than_any_seed_or_peer(name, machine, vram_gib):
     chosen = rep.summary["time_per_token_s"]
     assert rep.seeds and min(rep.seeds.values()) >= chosen * (1 - 1e-6)
     own_kernels = {n for n, p in m.peers.items() if p.cpu_bytes_per_s}  # a peer's own CPU kernels, measured faster
-    for name, v in rep.baselines.items():  # than torch's (llama.cpp on the H200, docs/peers.md), may beat any plan
+    for name, v in rep.baselines.items():  # than torch's (llama.cpp on the H200, lab/journal/peers.md), may beat any plan
         if "time_per_token_s" in v and name not in own_kernels:
             assert chosen <= v["time_per_token_s"] * (1 + 1e-9)
 

@@ -90,10 +90,10 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
     """Grids for embedding, decoder and head of `config`'s architecture on `device` ('gpu' or 'cpu'), launched as
     CUDA graphs per unit (`graphs`, as offloadsim's engine runs on a GPU) or eagerly (as the peers run). On the CPU
     the weights sit in `memory` ('pageable' or 'pinned' RAM: on the H200 host a CPU layer read pinned weights up to
-    30% faster, docs/validation.md). `contexts` (CPU with a GPU only): longer prompts whose decode steps extend the
+    30% faster, lab/journal/validation.md). `contexts` (CPU with a GPU only): longer prompts whose decode steps extend the
     decode axis, their prefill multiplied on the GPU as the engine does for a big step, so a long cache costs
     seconds, not the minutes a CPU prefill of it would (the CPU's attention over a long cache was unmeasured and
-    cost a Qwen3-8B layer 4x its short-context time, call M, docs/validation.md)."""
+    cost a Qwen3-8B layer 4x its short-context time, call M, lab/journal/validation.md)."""
     if contexts and min(contexts) <= max(batches):
         raise ValueError(f"contexts: {min(contexts)} must exceed the largest batch {max(batches)} (the prompt "
                          "offloads, the decode steps stay on the CPU); give longer contexts.")
@@ -149,7 +149,7 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
 def median_grids(rounds: list[list[ComputeGrid]]) -> list[ComputeGrid]:
     """Grids timed in several rounds (the same units, device, dispatch and memory in each) -> one grid per unit:
     every point the median over the rounds, `spread` the median over points of (slowest - fastest) / median. The
-    host's CPU speed drifts by tens of percent within minutes (docs/validation.md), so a single round is a snapshot."""
+    host's CPU speed drifts by tens of percent within minutes (lab/journal/validation.md), so a single round is a snapshot."""
     out = []
     for i, first in enumerate(rounds[0]):
         same = [r[i] for r in rounds]

@@ -145,7 +145,7 @@ class Engine:
         old, threads = sys.getswitchinterval(), torch.get_num_threads()
         cudnn_sdp = torch.backends.cuda.cudnn_sdp_enabled()
         # no cuDNN attention: it builds an execution plan for every new KV length (40-60 ms each on the H200,
-        # docs/peers.md), which made decode timings depend on which lengths the process had seen before
+        # lab/journal/peers.md), which made decode timings depend on which lengths the process had seen before
         torch.backends.cuda.enable_cudnn_sdp(False)
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         if self.cuda and any(p.compute == "cpu" for p in self.plan.placements):

@@ -6,7 +6,7 @@ before each forward the first takes every tensor from the offload map (`Offloade
 safetensors open, priced apart by `disk_tensor_s`) and sets it on the execution device (`set_module_tensor_to_device`,
 a new Parameter each time), after the forward sets it back on `meta`; the block hooks move the forward's arguments,
 the KV cache among them. All of it is Python work per module and forward, whatever the tensors' sizes: on the H200
-host 0.11-0.29 ms a module for the first alone (lab/probes/h200_accel_disk_probe.py, docs/peers/accel-disk.json),
+host 0.11-0.29 ms a module for the first alone (lab/probes/h200_accel_disk_probe.py, lab/data/peers/accel-disk.json),
 as much as the open of a small tensor. Timed here as a run pays it: a small Llama (SMALL_LLAMA) saved as
 safetensors, loaded by transformers with every decoder on "disk" and again all on "cpu", generations interleaved;
 the disk run's time less the RAM run's, less the time spent inside the offload map's reads, per offloaded module and
@@ -26,7 +26,7 @@ from pathlib import Path
 # same at any width, but the pages of a freshly mapped tensor, faulted in by the forward and released by the post
 # hook, are not: at a width of 64 the 2-core development machine measured 0.13 ms a module, at 576 0.19-0.25 (the
 # H200 host: 0.21 at 64, 0.30 at 576, 0.31-0.41 in place for SmolLM-135M, Qwen3-0.6B and a 2560-wide Llama;
-# docs/peers.md, twenty-seventh session)
+# lab/journal/peers.md, twenty-seventh session)
 SMALL_LLAMA = dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=6,
                    num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=256,
                    max_position_embeddings=64)

@@ -5,8 +5,8 @@ A llama-bench record becomes a run: the placement its -ngl (and --n-cpu-moe) giv
 its weights the mapped model file unless its load mode reads them into pinned host buffers (mapped_of), its time
 per token (a generation test: the median repetition over its G tokens) or its first token (a prompt test).
 
-The engine's costs were fitted on one host (the h200-testbox preset's peers.llamacpp, docs/peers.md); the same
-settings timed on hosts of the same kind ran up to 28% apart in their CPU share (calls AA and AH, docs/peers.md),
+The engine's costs were fitted on one host (the h200-testbox preset's peers.llamacpp, lab/journal/peers.md); the same
+settings timed on hosts of the same kind ran up to 28% apart in their CPU share (calls AA and AH, lab/journal/peers.md),
 as hosts shared with other work do. `calibrate_host` measures that on the user's host from their own llama-bench
 runs: one factor on the CPU's speeds (validate.peer_calibration.host_scaled), fitted by least squares of the log
 error over the generation tests given. No torch.

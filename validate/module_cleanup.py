@@ -4,7 +4,7 @@ airllm 4.0 calls `utils.clean_memory` in the forward hook of each module: `gc.co
 `torch.cuda.empty_cache()`. The full collection walks every object the interpreter tracks, and a process that has
 imported torch, transformers and accelerate and built the model on the meta device (as AirLLM's `init_model` does)
 tracks some 370-460 thousand: 0.19-0.25 s a module on the H200 test host, 0.3-0.4 s on a 2-core development
-machine, the bulk of AirLLM's time per token (lab/campaigns/h200_peers.py times its steps, docs/peers.md). So the cost is the host's speed at walking objects times the objects of such a process, and it is
+machine, the bulk of AirLLM's time per token (lab/campaigns/h200_peers.py times its steps, lab/journal/peers.md). So the cost is the host's speed at walking objects times the objects of such a process, and it is
 timed in one: a fresh interpreter with those imports and the model, the median of `rounds` cleanups.
 Run: python -m validate.module_cleanup CONFIG.json  (prints {"cleanup_s": ..., "gc_objects": ...})
 """

@@ -16,7 +16,7 @@ The build is kept under --root between calls of a warm machine (a second call re
 Build source (here): pip download --no-deps --no-binary=:all: llama-cpp-python==0.3.36, then its vendor/llama.cpp
 without models/, docs/, media/, benches/ and .github/ as a tarball (.lcpp/llama.cpp.tar.gz, carried).
 Run (H200): python3 lab/campaigns/h200_llamacpp.py --archs llama-8b:14 --out $OUT/llamacpp-a.json
-Here: python lab/reports/llamacpp_report.py docs/peers/llamacpp-a.json
+Here: python lab/reports/llamacpp_report.py lab/data/peers/llamacpp-a.json
 """
 from __future__ import annotations
 

@@ -163,7 +163,7 @@ _HOST_REF: list = []
 def host_gbps() -> float:
     """The host's CPU speed now: a bf16 matrix-vector product over 256 MiB on as many threads as the engine's CPU
     compute takes, the median of 5, in GB/s. Timed after calibration and before every run, so a CPU row's miss can
-    be set against how far the host moved since its grids were timed (calls N-Q: up to 2x, docs/validation.md)."""
+    be set against how far the host moved since its grids were timed (calls N-Q: up to 2x, lab/journal/validation.md)."""
     import os
     import statistics
     from validate.engine import RESERVED_CORES

@@ -13,7 +13,7 @@ Times come from a logits processor that synchronises and stamps every generated 
 the call, time per token the mean gap of the later stamps. A generation of the same shapes warms each Accelerate engine first (a short one for AirLLM, whose 3 s per token
 dwarfs the one-time attention-plan builds).
 Run (H200): python lab/campaigns/h200_peers.py --archs llama-8b:8,qwen3-4b:12 --out $OUT/peers-a.json
-Here: python lab/reports/peers_report.py docs/peers/peers-a.json
+Here: python lab/reports/peers_report.py lab/data/peers/peers-a.json
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def accelerate_run(ckpt: Path, work: Path, vocab: int, device_map, max_memory, b
     ids = prompt(vocab, batch, prompt_tokens, dev if not on or on - {"cpu", "disk"} else "cpu")
     with torch.no_grad():
         # warm-up with the same shapes: cuDNN's attention builds an execution plan per new KV length (40-60 ms
-        # each, once per process; docs/peers.md), which a long-running engine has paid already
+        # each, once per process; lab/journal/peers.md), which a long-running engine has paid already
         timed_generate(model, ids, new_tokens, sync)
         res = timed_generate(model, ids, new_tokens, sync)
     res.update(load_s=load_s, hf_device_map={k: str(v) for k, v in getattr(model, "hf_device_map", {}).items()},
@@ -244,7 +244,7 @@ RUNSETS = {
 def accelerate_runs(entry: dict, ckpt: Path, vocab: int, total: int, new_tokens: int, dev: str, sync, deadline: float,
                     save, runset: str = "base", rounds: int = 1) -> None:
     """Accelerate's own device map at the budgets of RUNSETS[runset], the set run `rounds` times in turn (the host's
-    speed moves between runs minutes apart: docs/peers.md, twenty-fifth session)."""
+    speed moves between runs minutes apart: lab/journal/peers.md, twenty-fifth session)."""
     gpu = 0 if dev == "cuda" else "cpu"
     for round_, (label, g, c, batch, p) in itertools.product(range(rounds), RUNSETS[runset]):
         if time.perf_counter() > deadline:
@@ -295,7 +295,7 @@ def run_arch(spec: str, work: Path, out: dict, save, new_tokens: int, dev: str, 
              runset: str = "base", airllm: bool = True, export_shares: tuple[float, ...] = (0.3,),
              export_rounds: int = 1, accelerate_rounds: int = 1) -> None:
     """One architecture: calibrate, then Accelerate's own maps, the exported plans (`export_rounds` interleaved
-    rounds of every share: the host's speed moves between runs minutes apart, docs/peers.md), and AirLLM warm, cold
+    rounds of every share: the host's speed moves between runs minutes apart, lab/journal/peers.md), and AirLLM warm, cold
     and at batch 4, each run recorded as it ends."""
     ckpt, shape, config, machine, entry = prepare(spec, work, dev)
     out["archs"].append(entry)

@@ -1,5 +1,5 @@
 """Does a thread copying tensors get anywhere while the main thread runs `gc.collect()`? (AirLLM's loader thread
-against its per-module cleanup; docs/peers.md, twenty-fourth session, sim.run.schedule.airllm_loader_wait_s.)
+against its per-module cleanup; lab/journal/peers.md, twenty-fourth session, sim.run.schedule.airllm_loader_wait_s.)
 
 The main thread builds a model on the meta device (as AirLLM's process does: some 380-450 thousand objects for
 the collector to walk), then, three times: a thread starts cloning eight 8 MiB tensors (each clone releases the

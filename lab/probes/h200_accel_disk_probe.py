@@ -1,4 +1,4 @@
-"""Where Accelerate's disk offload spends its time, per tensor (docs/peers.md, twenty-seventh session).
+"""Where Accelerate's disk offload spends its time, per tensor (lab/journal/peers.md, twenty-seventh session).
 
 Peers call P: SmolLM-135M all on Accelerate's disk ran 0.218 s a token over the same model in RAM, where offloadsim
 priced 0.108 s (calibrate's `disk_tensor_s`, the bare safetensors open of a tensor, plus its header entries and the

@@ -1,4 +1,4 @@
-"""Do CPU kernels stream weights slower when they do not start on a cache line? (docs/peers.md, twenty-third session)
+"""Do CPU kernels stream weights slower when they do not start on a cache line? (lab/journal/peers.md, twenty-third session)
 
 transformers 5 keeps a CPU model's weights as views into its safetensors file (lab/probes/h200_map_gemv_probe.py),
 where tensor data starts 8 + the header's length bytes in: a random-weight checkpoint's matrices all sat 16 bytes

@@ -1,4 +1,4 @@
-"""Does the host's last-level cache make the CPU grid faster than a whole model runs (docs/peers.md, 24th session)?
+"""Does the host's last-level cache make the CPU grid faster than a whole model runs (lab/journal/peers.md, 24th session)?
 
 calibrate times CPU decode on a 3-layer copy of the model (validate/compute_grid.py). On the H200 host (a 300 MiB L3
 shared by the VM's 16 cores) a 3-layer copy of a small model is 0.7-1.5 GB, a few times the cache; a whole model

@@ -1,4 +1,4 @@
-"""Where the first CPU decode step of a llama.cpp-like plan loses its 40-60 ms (docs/validation.md, calls G and H).
+"""Where the first CPU decode step of a llama.cpp-like plan loses its 40-60 ms (lab/journal/validation.md, calls G and H).
 
 In 3 of 4 llama.cpp-like runs (embedding, head and the first decoders computed on the CPU from pinned RAM; the
 32-token prefill offloaded to the GPU) the first CPU decoder of the first decode step took 41-58 ms against 3-5 ms

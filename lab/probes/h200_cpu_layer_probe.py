@@ -1,4 +1,4 @@
-"""transformers' CPU decode against offloadsim's layer code on the same weights (docs/peers.md, twenty-third session).
+"""transformers' CPU decode against offloadsim's layer code on the same weights (lab/journal/peers.md, twenty-third session).
 
 Accelerate's CPU-executed maps (transformers computing every module on the CPU) ran 20-32% over offloadsim's CPU grid
 in peers calls G and H; neither the thread count, the mapped weights nor their alignment explains it

@@ -1,4 +1,4 @@
-"""Does a CPU layer decode over a long cache as fast in a plan as in its grid? (docs/validation.md, calls N and O)
+"""Does a CPU layer decode over a long cache as fast in a plan as in its grid? (lab/journal/validation.md, calls N and O)
 
 In calls N and O, Qwen3-8B's CPU decoders took 15-21 ms a decode step at 8 sequences of 2052 cached tokens in the
 plan "half the decoders on the CPU", where the CPU grid measured minutes earlier interpolates to 11 ms; Llama-3B's

@@ -1,4 +1,4 @@
-"""Does transformers' CPU decode slow down when it takes every core? (docs/peers.md, twenty-third session)
+"""Does transformers' CPU decode slow down when it takes every core? (lab/journal/peers.md, twenty-third session)
 
 Accelerate's CPU-executed maps (transformers with every module on "cpu") ran 20-32% slower than offloadsim's CPU grid
 predicts in peers calls G and H, and 1-12% faster in calls B-D. The grid is timed by offloadsim's engine on all cores

@@ -1,4 +1,4 @@
-"""Why AirLLM's cleanup took longer in its runs than `calibrate` timed it (docs/peers.md, twenty-eighth session).
+"""Why AirLLM's cleanup took longer in its runs than `calibrate` timed it (lab/journal/peers.md, twenty-eighth session).
 
 AirLLM's time per token is one full garbage collection per module it streams; `calibrate` times that collection in a
 fresh interpreter holding the imports and the model on the meta device (validate/module_cleanup.py). In calls Q-V
@@ -15,7 +15,7 @@ at a time, what AirLLM's process has beyond calibrate's:
 Each stage records the tracked objects and the references they hold (what a collection traverses). Processes run
 in `--rounds` interleaved rounds (the host's speed moves between minutes).
 Run (H200): python lab/probes/h200_gc_probe.py --arch qwen3-0.6b-tied:12 --rounds 3 --work /tmp/osp --out $OUT/gc.json
-Here: python lab/probes/h200_gc_probe.py --report docs/peers/gc-probe.json
+Here: python lab/probes/h200_gc_probe.py --report lab/data/peers/gc-probe.json
 """
 from __future__ import annotations
 

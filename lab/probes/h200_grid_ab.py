@@ -1,4 +1,4 @@
-"""calibrate's CPU grid measured by two versions of offloadsim's engine, alternately on one host (docs/peers.md,
+"""calibrate's CPU grid measured by two versions of offloadsim's engine, alternately on one host (lab/journal/peers.md,
 twenty-fourth session).
 
 Accelerate's CPU runs were 0.83-0.98x offloadsim's CPU grid in the calls of 2026-11-30 (B-E) and 1.13-1.23x in those
@@ -12,7 +12,7 @@ calibrate and a later run.
 
     python3 lab/probes/h200_grid_ab.py --trees old:.oldsnap,new:. --hf --archs llama-8b,phi3-mini \
         --out $OUT/grid-ab.json
-    python lab/probes/h200_grid_ab.py --report docs/peers/grid-ab.json   # here: per round, grid and ratio
+    python lab/probes/h200_grid_ab.py --report lab/data/peers/grid-ab.json   # here: per round, grid and ratio
 """
 from __future__ import annotations
 

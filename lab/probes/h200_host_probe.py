@@ -1,6 +1,6 @@
 """Why host-side speeds move between runs on the H200 host: transparent huge pages or NUMA placement?
 
-The matrix of calls G and H left two host-side misses (docs/validation.md): pageable host-to-device copies cluster
+The matrix of calls G and H left two host-side misses (lab/journal/validation.md): pageable host-to-device copies cluster
 around two speeds by run (6.1-6.8 and 7.8-9.3 GB/s), and CPU-computed layers read their weights ~30% faster from
 pinned than from pageable memory. Both follow if some buffers are backed by 2 MiB pages and others by 4 KiB pages
 (the driver's staging copy and a CPU GEMV both walk the pages), or if buffers land on different NUMA nodes.

@@ -1,9 +1,9 @@
-"""Do CPU kernels read mapped weights slower than weights in anonymous memory? (docs/peers.md, twenty-third session)
+"""Do CPU kernels read mapped weights slower than weights in anonymous memory? (lab/journal/peers.md, twenty-third session)
 
 transformers 5 keeps a CPU model's weights as views of a private map of its safetensors file
 (`torch.UntypedStorage.from_file(shared=False)`: the pages stay the page cache's, 4 KiB each), and llama.cpp maps its
 GGUF shared; offloadsim's CPU grids time weights in anonymous memory (validate/compute_grid.py). Accelerate's CPU maps
-ran 20-32% over the grid in peers calls G and H, at every thread count (docs/peers/cpu-threads.json). This probe times
+ran 20-32% over the grid in peers calls G and H, at every thread count (lab/data/peers/cpu-threads.json). This probe times
 a bf16 matrix-vector product over the same bytes held three ways, interleaved over rounds: anonymous memory, a
 private map of a file in the page cache, a shared map of it; at every core and at all but two.
 

@@ -1,6 +1,6 @@
 """Why resident GPU decoders run 2-7% slower in the matrix's plans than in their calibration grid (calls G-J).
 
-Every resident decoder of calls G-J measured 1.02-1.07x its grid point (`docs/validation.md`). Candidates: the GPU
+Every resident decoder of calls G-J measured 1.02-1.07x its grid point (`lab/journal/validation.md`). Candidates: the GPU
 clocks (a plan runs as a short burst after host-side work, the grid as a long series of runs), or the model's size
 (the grid times a 3-layer copy, the plans run 4-8 layers). This probe runs the same resident plan (Llama-8B shape,
 batch 16, prompt 2048) on a 3-layer and a 6-layer copy: after 3 s of GPU idle, again at once, and after 1 s of GPU

@@ -1,9 +1,9 @@
-"""Do CPU layers read their weights faster from huge pages? (docs/validation.md, calls N and O)
+"""Do CPU layers read their weights faster from huge pages? (lab/journal/validation.md, calls N and O)
 
 The CPU grids time layers whose weights sit in numpy-allocated buffers (validate/compute_grid.py, random_blobs;
 numpy asks the kernel for transparent huge pages on large arrays), the engine's plans read them from torch.empty
 buffers filled from the layer store (4 KiB pages unless asked). Qwen3-8B's CPU layers ran up to 1.5-2x their grid in
-calls N and O while a probe with grid-like buffers found plan = grid (docs/validation/probes/cpu-long-*.json). This
+calls N and O while a probe with grid-like buffers found plan = grid (lab/data/validation/probes/cpu-long-*.json). This
 probe multiplies a batch of 1, 4 and 8 tokens by four 390 MB bf16 weight matrices held three ways, interleaved:
 torch.empty; numpy (np.empty, then torch.from_numpy); torch.empty with madvise(MADV_HUGEPAGE) before the first touch.
 

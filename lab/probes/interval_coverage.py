@@ -8,8 +8,8 @@ the spread calibrate measured), on the recorded H200 runs:
 A run whose profile's CPU grids carry no spread (timed once, calls before K) has no interval and is not counted.
 `--factor K` prices the interval at K spreads either side instead (0.5 was the earlier half-range).
 
-    python lab/probes/interval_coverage.py --peers docs/peers/peers-{b,c,d,e,g,h,i}.json \
-        --matrix docs/validation/matrix/matrix-{k,l,m,n,o,p,q}.json
+    python lab/probes/interval_coverage.py --peers lab/data/peers/peers-{b,c,d,e,g,h,i}.json \
+        --matrix lab/data/validation/matrix/matrix-{k,l,m,n,o,p,q}.json
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Accelerate's disk offload taken apart, from lab/probes/h200_accel_disk_probe.py's record (docs/peers.md).
+"""Accelerate's disk offload taken apart, from lab/probes/h200_accel_disk_probe.py's record (lab/journal/peers.md).
 
 Per architecture and round, per decoder module offloaded: what the parameter hooks cost alone ("ram hooked" less
 "ram": the same weights in RAM behind `cpu_offload`'s AlignDevicesHook); what `OffloadedWeightsLoader.__getitem__`
@@ -7,7 +7,7 @@ map's time over the RAM map's, outside those reads (every hook, the block hooks 
 the pages): what `calibrate` measures as `hook_module_s` (validate/hook_cost.py), the median here being the
 h200-testbox preset's value; and the disk map less the RAM map against what offloadsim prices without and with it.
 
-    python lab/reports/accel_disk_report.py docs/peers/accel-disk.json
+    python lab/reports/accel_disk_report.py lab/data/peers/accel-disk.json
 """
 from __future__ import annotations
 

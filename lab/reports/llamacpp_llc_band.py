@@ -1,5 +1,5 @@
 """Runs whose CPU weights fill between two shares of the host's last-level cache, priced with two values of
-PeerSpec.cpu_cache_share (docs/peers.md, twenty-ninth session): which speed, the L3's or memory's, each run kept.
+PeerSpec.cpu_cache_share (lab/journal/peers.md, twenty-ninth session): which speed, the L3's or memory's, each run kept.
 
 Each input is a `llamacpp_report.py --json` output over the same files (its `rows`: the fitted costs, no per-call
 scale), one made with the default share and one with another (the PeerSpec default edited); the band is given as

@@ -526,7 +526,7 @@ def contended(loaded) -> set[str]:
     the architecture's CPU decoder grid (calibrate's, pageable) below SLOW_HOST times its median over every call that
     has it. Elsewhere the same grid moved by at most 10% between calls (Llama-1B 34-38 GB/s, Llama-8B 42-46); call E
     timed Llama-1B's at 21 GB/s, and its llama.cpp runs were up to 50% slower than the same settings in other calls
-    (docs/peers.md, eighth session). Calls without a calibrate (--no-calibrate) are never flagged."""
+    (lab/journal/peers.md, eighth session). Calls without a calibrate (--no-calibrate) are never flagged."""
     speeds: dict[str, list[tuple[str, float]]] = {}
     for e, *_ in loaded:
         grids = e["profile"]["machine"].get("compute_grids") or []

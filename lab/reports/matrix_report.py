@@ -3,10 +3,10 @@ simulator from what the run recorded (the calibrated profile, the model shape, t
 against what the engine measured. A run whose executed items (each step's copies and computes) are not what
 today's schedule of its plan gives (a peer's placement emulated with the peer's schedule of the code of the day) keeps
 the prediction recorded with it (`predicted_as_recorded` counts them). Writes a JSON summary and prints the markdown
-table of docs/validation.md.
+table of lab/journal/validation.md.
 
-    python lab/reports/matrix_report.py docs/validation/matrix-b.json docs/validation/matrix-c.json \
-        --json docs/validation/matrix-summary.json
+    python lab/reports/matrix_report.py lab/data/validation/matrix-b.json lab/data/validation/matrix-c.json \
+        --json lab/data/validation/matrix-summary.json
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def run_inputs(entry: dict, run: dict) -> tuple:
     # schedule rules, which the time below keeps): the memory is that engine's
     need = memory_use(shape, plan.model_copy(update={"engine": "offloadsim"}), w, budgets).vram_bytes
     # a plan made by the memory model of its day that today's refuses (it needs more than its budget: the engine
-    # held that much, docs/validation.md) is still timed as it ran, with the VRAM it took
+    # held that much, lab/journal/validation.md) is still timed as it ran, with the VRAM it took
     room = max(budgets.vram_bytes, need, memory_use(shape, plan, w, budgets).vram_bytes)
     return shape, machine, plan, w, budgets.model_copy(update={"vram_bytes": room}), need
 

@@ -6,10 +6,10 @@ its one plan), fits each engine's host costs on its calibration runs only (each 
 validate/peer_calibration.py), predicts every other
 run with those costs and the machine profile calibrated in the same call, and checks the placement model (our
 `accelerate` policy given the same max_memory) against the map Accelerate chose.
-Run: python lab/reports/peers_report.py docs/peers/peers-a.json [--json OUT]
-     python lab/reports/peers_report.py docs/peers/peers-{b,c,d,e,g,h}.json --preset h200-testbox  (exported plans,
+Run: python lab/reports/peers_report.py lab/data/peers/peers-a.json [--json OUT]
+     python lab/reports/peers_report.py lab/data/peers/peers-{b,c,d,e,g,h}.json --preset h200-testbox  (exported plans,
      priced today with the preset's costs)
-     python lab/reports/peers_report.py docs/peers/peers-{n,o,p}.json --per-call  (each call's costs fitted on its
+     python lab/reports/peers_report.py lab/data/peers/peers-{n,o,p}.json --per-call  (each call's costs fitted on its
      own calibration runs, the held-out runs of all of them summarised together)
 """
 from __future__ import annotations

@@ -15,10 +15,10 @@ setting was timed again and reproduced (its timings within a 10% floor: chosen b
 the prediction) are summarised apart: the model's error where the host held still.
 
 Inputs are the reports' --json outputs (the per-run predictions) and, for llama.cpp's rounds, the calls themselves:
-    python lab/reports/repeat_floor.py --llamacpp-report lc.json --llamacpp-calls docs/peers/llamacpp-*.json \\
+    python lab/reports/repeat_floor.py --llamacpp-report lc.json --llamacpp-calls lab/data/peers/llamacpp-*.json \\
         --peers-report peers.json [--json OUT]
 where lc.json is lab/reports/llamacpp_report.py's --json over the calls (its command in its docstring) and
-peers.json lab/reports/peers_report.py's --json with --per-call over docs/peers/peers-{b..w}.json.
+peers.json lab/reports/peers_report.py's --json with --per-call over lab/data/peers/peers-{b..w}.json.
 """
 from __future__ import annotations
 

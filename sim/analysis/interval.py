@@ -1,13 +1,13 @@
 """How far a prediction rests on the host's repeatability: the time per token again with every CPU grid at the two
 ends of a 90% prediction interval for a later run on the host, from the spread `calibrate` measured for it
 (ComputeGrid.spread: (slowest - fastest) / median over CALIBRATE_ROUNDS interleaved rounds; 5-22% on the H200 test
-host, docs/validation.md).
+host, lab/journal/validation.md).
 
 The spread is the range of a few draws of the host's speed. Read as normal draws, the range of n of them is d2(n)
 standard deviations on average (d2(3) = 3 / sqrt(pi)), and a later draw lies within z * sigma * sqrt(1 + 1/n) of
 their mean with probability COVERAGE (z its two-sided normal quantile): for 3 rounds, 1.12 spreads either side.
 The interval is the host's drift alone, not the model's own error. An earlier version spanned half a spread either
-side. Measured coverage (lab/probes/interval_coverage.py, docs/peers.md twenty-fourth session; nothing fitted: the
+side. Measured coverage (lab/probes/interval_coverage.py, lab/journal/peers.md twenty-fourth session; nothing fitted: the
 factor is the normal theory's for 3 draws): of the 17 exported Accelerate plans of calls D-I that computed on the
 CPU, 6 fell inside the earlier interval and 14 inside this one. Of the 43 validation runs of offloadsim's engine with
 CPU compute on the critical path (calls K-Q), 17 and 25 did; the rest are the model's own misses.

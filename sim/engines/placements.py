@@ -52,7 +52,7 @@ def accelerate(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Bu
     infer_auto_device_map): one greedy pass in module order filling the GPU, then CPU RAM, each less the largest
     block still to place as a reserve, then disk, never going back; KV cache and activations are not counted.
     Offloaded blocks are copied in before each forward (blocking, pageable, no prefetch). When no block lands on the
-    GPU the model runs on the CPU (measured on the H200: docs/peers.md)."""
+    GPU the model runs on the CPU (measured on the H200: lab/journal/peers.md)."""
     return accelerate_map(model, machine, w, budgets, accelerate_tiers(model, budgets), "accelerate")
 
 

@@ -46,7 +46,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
     dispatch = "graph" if peer is None else peer.gpu_dispatch  # offloadsim's engine replays a CUDA graph per unit
 
     # a peer's cost per token around its layers: transformers' generate loop (Accelerate) runs on either device (on
-    # the 2-core development machine it took 5.6 ms a token of a CPU run, docs/peers/cpu-layer-devbox.json);
+    # the 2-core development machine it took 5.6 ms a token of a CPU run, lab/data/peers/cpu-layer-devbox.json);
     # llama.cpp's was measured on tokens that use the GPU
     pays_step = plan.engine == "accelerate" or any(p.compute == "gpu" for p in plan.placements)
     t = plan.tiers()
@@ -246,7 +246,7 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     """Step-invariant columns of a unit: (cpu, load, read, unpack, copy, copy_bytes, pinned_slot, blocking, overhead).
     A CPU-placed unit computed on the GPU for a large step (offload) is copied from where it lives. A copy from
     pageable memory does not overlap GPU compute (measured on the H200: the compute of the unit before it finished
-    only after the copy; docs/validation.md), so it waits for the previous compute like a blocking copy."""
+    only after the copy; lab/journal/validation.md), so it waits for the previous compute like a blocking copy."""
     u = model.units[ui]
     ratio = plan.codec.ratio if plan.codec else 1.0
     cpu = p.compute == "cpu" and not offload
@@ -301,7 +301,7 @@ def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float, miss
     the main thread copies this module to the GPU, runs it, then calls `gc.collect()`, which holds the lock for its
     0.2 s: the loader finishes the copy it is in and then stands still until the collection ends
     (lab/probes/gil_probe.py on the development machine: 0-1 of 8 copies of a thread completed during a collection;
-    docs/peers.md). So of the next module, what the loader copies while this one is copied to the GPU, and the one
+    lab/journal/peers.md). So of the next module, what the loader copies while this one is copied to the GPU, and the one
     tensor in flight (taken as the largest: an MLP matrix, or the whole of a one-matrix embedding or head) within the
     collection (`cleanup_s`, the machine's measured `load_unit_s`: zero where it is not measured, so nothing hides
     behind it; None: taken as long enough), are ready when the hook asks; the rest is copied while the hook waits. A decoder's MLP matrix: its parameters less the attention's (hidden x (2 hidden + 2 KV width), the KV

@@ -13,7 +13,7 @@ GGML_BATCH = 2048  # llama.cpp's default logical batch (-b) and micro-batch (-ub
 GGML_UBATCH = 512
 # FP32 hidden states of the micro-batch live beside the largest tensor of the reserved graph (the residual stream
 # and a normed copy; not fitted: llama.cpp's --fit placed what this predicts at 14 of 14 dense budgets of calls AH
-# and AI with 0 to 2 of them, docs/peers.md)
+# and AI with 0 to 2 of them, lab/journal/peers.md)
 GGML_LIVE_STATES = 2
 
 
@@ -111,7 +111,7 @@ def ggml_compute_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
     copy's hole: llama.cpp's projections at -ngl 0 ran 33-69 MiB above the copy and logits alone on three dense
     shapes; Qwen3-4B's it puts 14 MiB over), and its peak at a block (ggml_block_peak); with GGML_LIVE_STATES hidden
     states of the u tokens. Nothing when nothing runs on the GPU. Measured against llama.cpp's own projections in
-    docs/peers.md (twentieth session)."""
+    lab/journal/peers.md (twentieth session)."""
     t = plan.tiers()
     _, ub = ggml_context(w)
     head = [u for u in model.units if u.kind == "lm_head"]

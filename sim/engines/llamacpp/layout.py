@@ -19,7 +19,7 @@ def llamacpp_layout(model: ModelShape, machine: MachineSpec, budgets: Budgets, n
     its default, the CPU's weights are the mapped model file (pageable); with --load-mode none (older builds:
     --no-mmap) it reads them into its GPU's host buffer type, pinned (llama-model-loader.cpp: "avoid using a host
     buffer when using mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned
-    speed (calls AD and AE, docs/peers.md). `cpu_expert_blocks`, where given, names the blocks whose routed experts
+    speed (calls AD and AE, lab/journal/peers.md). `cpu_expert_blocks`, where given, names the blocks whose routed experts
     stay on the CPU instead of n_cpu_moe's first ones (as --fit's -ot rules do). Raises PlanError when unmapped
     weights outgrow the pinned budget."""
     blocks = set(range(n_cpu_moe) if cpu_expert_blocks is None else cpu_expert_blocks)
