@@ -15,6 +15,7 @@ import hashlib
 import io
 import itertools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -145,6 +146,7 @@ def main() -> int:
         return compare(*args.compare)
     if args.out is None:
         ap.error("give --out FILE or --compare BEFORE AFTER")
+    os.environ["TQDM_DISABLE"] = "1"  # progress bars appear on a loaded machine only: not an answer
     t0 = time.perf_counter()
     todo = cases()
     tmp = args.out.with_name(args.out.name + ".partial")
