@@ -22,7 +22,8 @@ MAX_KEYS = 65_536          # metadata entries (models write about 50)
 MAX_NAME_BYTES = 65_536    # a key or a tensor name (ggml's tensor names are at most 64 bytes)
 MAX_KEPT_STRING = 65_536   # longer string values (chat templates, licences) are skipped
 MAX_KEPT_ARRAY = 4_096     # numeric arrays up to this many elements are decoded (per-layer counts); longer ones skipped
-MAX_ARRAY = 1 << 24        # elements of any array (the largest tokenizers hold about 300k entries)
+MAX_ARRAY = 1 << 20        # elements of any array: the largest tokenizers hold about 300k entries (Gemma 3's
+#                            262,144 tokens, Llama 3's 280,147 merges); walking 1M string lengths costs about 0.3 s
 MAX_NESTING = 4            # arrays of arrays
 MAX_DIMS = 4               # GGML_MAX_DIMS
 SKIPPED_PREFIXES = ("tokenizer.",)  # the vocabulary and its tables: never decoded
@@ -157,7 +158,8 @@ class _Header:
         least = struct.calcsize(self.order + SCALAR_CODES[kind]) if kind in SCALAR_CODES else 8 if kind == "STRING" else 12
         what = f"{count:,} elements of {kind.lower()} for metadata {key!r}"
         if count > MAX_ARRAY:
-            raise fail(self.path, f"claims {what}, more than any model ({MAX_ARRAY:,} at most)")
+            raise fail(self.path, f"claims {what}, more than any model's ({MAX_ARRAY:,} at most; the largest "
+                                  "tokenizers hold about 300k entries)")
         self.room(count * least, what)
         if kind in SCALAR_CODES:
             if skip or count > MAX_KEPT_ARRAY:
