@@ -133,6 +133,14 @@ def test_llama_with_experts_is_mixtral_fused_or_per_expert(tmp_path, fused):
     _every_byte_once(path, m)
 
 
+def test_tensors_of_an_expert_beyond_the_count_are_refused_not_lost(tmp_path):
+    experts = fused_experts() | {f"blk.0.ffn_{p}.{EXPERTS}.weight": f16(EXP_FF, H) for p in ("gate", "up", "down")}
+    meta = dict(MOE_META, feed_forward_length=EXP_FF)
+    path = write(tmp_path / "x.gguf", "llama", meta, gqa() | experts)
+    with pytest.raises(InputError, match="12,288 bytes of the file's tensors belong to no unit"):
+        load_model(str(path))
+
+
 # DeepSeek-V2/V3 (MLA): q_lora 32, kv_lora 32, rope 8, nope 16, v 16; 4 heads; block 0 dense, block 1 4 experts + 1
 MLA = {"attn_norm": f32(H), "ffn_norm": f32(H), "attn_q_a": f16(32, H), "attn_q_a_norm": f32(32),
        "attn_q_b": f16(HEADS * 24, 32), "attn_kv_a_mqa": f16(32 + 8, H), "attn_kv_a_norm": f32(32),

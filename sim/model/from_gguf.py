@@ -165,8 +165,9 @@ def _unit_of(name: str, n_blocks: int) -> tuple[int, str]:
         idx, _, rest = name[4:].partition(".")
         if idx.isdigit() and int(idx) < n_blocks:
             own = PER_EXPERT.match(rest)
-            part = "exps" if "_exps" in rest else f"exp{own.group(1)}" if own else "shexp" if "_shexp" in rest else "rest"
-            return int(idx), part
+            if "_exps" in rest:
+                return int(idx), "exps"
+            return int(idx), f"exp{own.group(1)}" if own else "shexp" if "_shexp" in rest else "rest"
     if name.startswith("output"):
         return n_blocks, "rest"
     return -1, "rest"
@@ -213,20 +214,33 @@ def _with_tensor_bytes(shape: ModelShape, tensors: dict, tied_head: bool, source
             big = max(largest[(b, "exps")] // n_exp, largest[own])
         elif u.kind == "shared-expert":
             nbytes, tied, big = parts[(b, "shexp")], 0, largest[(b, "shexp")]
-        else:  # the block's decoder or attention unit: its tensors, and any experts' a dense family does not split
-            folded = () if n_exp else ("exps", "shexp")
-            nbytes, tied = parts[(b, "rest")] + sum(parts[(b, p)] for p in folded), 0
-            big = max([largest[(b, "rest")]] + [largest[(b, p)] for p in folded])
+        elif n_exp:  # an MoE block's attention unit, or a dense block's decoder
+            nbytes, tied, big = parts[(b, "rest")], 0, largest[(b, "rest")]
+        else:  # a dense family's decoder: every tensor of its block
+            nbytes, tied = sum(v for k, v in parts.items() if k[0] == b), 0
+            big = max(v for k, v in largest.items() if k[0] == b) if nbytes else 0
         if nbytes <= 0:
             raise InputError(f"{source}: no tensor of the file belongs to unit {u.name!r} (block {u.block}); the "
                              "file's tensors do not match its metadata, re-convert it.")
         units.append(u.model_copy(update={"nbytes": nbytes, "tied_nbytes": tied, "max_tensor_nbytes": big}))
+    units = _with_shared_experts(shape, units, parts, largest, elements)
+    lost = sum(t[1] for t in tensors.values()) - sum(u.nbytes - u.tied_nbytes for u in units)
+    if lost:
+        raise InputError(f"{source}: {lost:,} bytes of the file's tensors belong to no unit of the model its "
+                         "metadata describes (experts beyond its expert count, or a dense block's expert tensors); "
+                         "re-convert it.")
+    return units
+
+
+def _with_shared_experts(shape: ModelShape, units: list, parts, largest, elements) -> list:
+    """`units` with a shared-expert unit after each MoE block that has `*_shexp` tensors and none from the builder."""
     owned = {u.block for u in shape.units if u.kind == "shared-expert"}
-    need = {u.block for u in shape.units if u.kind == "attention" and parts[(u.block, "shexp")] and u.block not in owned}
+    need = {u.block for u in shape.units
+            if u.kind == "attention" and parts[(u.block, "shexp")] and u.block not in owned}
     if not need:
         return units
     out = []
-    for i, u in enumerate(units):  # a block's shared expert after its last unit
+    for i, u in enumerate(units):
         out.append(u)
         if u.block in need and (i + 1 == len(units) or units[i + 1].block != u.block):
             key = (u.block, "shexp")

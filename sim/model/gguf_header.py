@@ -155,7 +155,8 @@ class _Header:
         itype = self.type_of(key)
         count = self.scalar("Q", f"the element count of metadata {key!r}")
         kind = itype.name
-        least = struct.calcsize(self.order + SCALAR_CODES[kind]) if kind in SCALAR_CODES else 8 if kind == "STRING" else 12
+        # the fewest bytes an element takes: a scalar's size, a string's length prefix, an array's type and count
+        least = struct.calcsize("<" + SCALAR_CODES[kind]) if kind in SCALAR_CODES else 8 if kind == "STRING" else 12
         what = f"{count:,} elements of {kind.lower()} for metadata {key!r}"
         if count > MAX_ARRAY:
             raise fail(self.path, f"claims {what}, more than any model's ({MAX_ARRAY:,} at most; the largest "
