@@ -34,11 +34,6 @@ ARCH = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen
 PER_EXPERT = re.compile(r"^ffn_(?:gate|up|down)\.(\d+)\.")  # blk.N.ffn_gate.E.weight (Mixtral before fused experts)
 
 
-def read_gguf(path: Path) -> tuple[dict, dict[str, tuple[str, int, int]]]:
-    """(metadata key -> value, tensor name -> (type name, bytes, elements)); one sentence on any unreadable file."""
-    return read_header(path)
-
-
 def _describe(value) -> str:
     if isinstance(value, Skipped):
         return value.what
