@@ -149,9 +149,17 @@ def _from_cache(repo: str, revision: str, cache: Path, why: str) -> HubCheckpoin
     return HubCheckpoint(repo, revision, cached["commit"], config, headers)
 
 
+def _network_errors() -> tuple:
+    """What a failed request raises: huggingface_hub's offline switch, OS errors, its HTTP client's transport errors."""
+    import importlib
+    from huggingface_hub import errors
+    from huggingface_hub.utils import get_session
+    client = importlib.import_module(type(get_session()).__module__.split(".")[0])  # httpx or httpx2
+    return errors.OfflineModeIsEnabled, OSError, getattr(client, "TransportError", OSError)
+
+
 def _ask(repo: str, revision: str, call):
     """`call()`, with the Hub's refusals turned into one sentence and network failures into _Unreachable."""
-    import httpx2
     from huggingface_hub import errors
     try:
         return call()
@@ -177,7 +185,7 @@ def _ask(repo: str, revision: str, call):
         if code in (401, 403):
             raise InputError(f"model: the Hugging Face Hub refused {repo!r} ({code}); {LOGIN}.") from None
         raise _Unreachable(f"HTTP {code}") from None
-    except (errors.OfflineModeIsEnabled, httpx2.TransportError, OSError) as exc:
+    except _network_errors() as exc:
         raise _Unreachable(f"{type(exc).__name__}: {' '.join(str(exc).split())[:80]}") from None
 
 
