@@ -232,6 +232,15 @@ def test_an_existing_path_wins_over_an_id(hub, tmp_path):
     assert parse_hub_id("Qwen/Qwen3-14B") == ("Qwen/Qwen3-14B", "main")
 
 
+def test_a_repo_without_safetensors_files_is_planned_from_its_config(hub, tmp_path):
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "config.json").write_text(json.dumps(CONFIG))
+    hub.repos["toy/bare"] = tmp_path / "bare"
+    shape = load_model("toy/bare", parse_format("int8"))
+    assert shape.units == load_model(str(tmp_path / "bare" / "config.json"), parse_format("int8")).units
+    assert not any(p.endswith(".safetensors") for _, p, _ in hub.seen)
+
+
 def test_dtype_is_refused_for_a_hub_checkpoint(hub):
     with pytest.raises(InputError, match="^dtype: .*drop --dtype"):
         load_model("toy/single", parse_format("bf16"))

@@ -120,6 +120,8 @@ def _from_hub(repo: str, revision: str, cache: Path) -> HubCheckpoint:
     info = _ask(repo, revision, lambda: HfApi(endpoint=_endpoint()).model_info(
         repo, revision=revision, files_metadata=True, timeout=TIMEOUT_S))
     commit = info.sha
+    if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise _Unreachable(f"the Hub's answer names no commit for revision {revision!r}")
     sizes = {s.rfilename: s.size for s in info.siblings or ()}
     config = _config(repo, revision, commit, local=False)
     files = _safetensors_files(repo, revision, commit, sizes)
