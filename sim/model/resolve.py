@@ -1,6 +1,8 @@
-"""Resolve MODEL (a preset name, a config.json path or a checkpoint folder) into a ModelShape.
+"""Resolve MODEL (a preset name, a config.json path, a checkpoint folder, a .gguf file or a Hugging Face id) into a
+ModelShape.
 
-A checkpoint folder's exact bytes per unit come from the safetensors headers (no weights are read).
+A checkpoint's exact bytes per unit come from the safetensors headers, of a local folder's files or, for a Hugging
+Face id, read from the Hub by range requests (sim/model/from_hub.py); no weights are read.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from sim.model.families import shape_from_config
 from sim.model.formats import WeightFormat
 from sim.model.shapes import ModelShape
 from sim.model.from_gguf import shape_from_gguf
+from sim.model.from_hub import hub_checkpoint, is_hub_id
 
 # bytes per element of safetensors dtypes
 DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
@@ -67,7 +70,12 @@ def safetensors_header(file: Path) -> dict[str, int]:
         raise InputError(f"{where} cannot be read ({exc.strerror}); check the file.") from None
     if not isinstance(header, dict):
         raise InputError(f"{where} has a header that is not a JSON object; {fix}.")
-    data_bytes = size - 8 - n
+    return header_tensor_bytes(header, size - 8 - n, where, fix)
+
+
+def header_tensor_bytes(header: dict, data_bytes: int, where: str, fix: str) -> dict[str, int]:
+    """Tensor name -> bytes of a parsed safetensors header, each entry checked against the `data_bytes` that follow
+    the header; `where` and `fix` begin and end the sentence that refuses a malformed entry."""
     out: dict[str, int] = {}
     for key, e in header.items():
         if key == "__metadata__":
@@ -113,7 +121,12 @@ def shape_from_checkpoint(folder: Path) -> ModelShape:
         raise InputError(f"checkpoint: folder {str(folder)!r} has no config.json; copy the model's config.json beside "
                          "its safetensors files.")
     shape = shape_from_config(read_config(cfg_path), source=str(cfg_path))
-    tensors = checkpoint_tensors(folder)
+    return with_tensor_bytes(shape, checkpoint_tensors(folder), f"checkpoint: no tensor of {str(folder)!r}")
+
+
+def with_tensor_bytes(shape: ModelShape, tensors: dict[str, int], where: str) -> ModelShape:
+    """`shape` with each unit's nbytes replaced by the exact bytes of its tensors (a tied head counts the
+    embedding's); refuses a unit no tensor belongs to, the sentence beginning with `where`."""
     prefixes = sorted(((m, u.name) for u in shape.units for m in u.modules), key=lambda p: -len(p[0]))
     per_unit: dict[str, int] = {u.name: 0 for u in shape.units}
     for key, nbytes in tensors.items():
@@ -126,10 +139,28 @@ def shape_from_checkpoint(folder: Path) -> ModelShape:
     for u in shape.units:
         tied = tensors.get(emb.modules[0] + ".weight", 0) if u.kind == "lm_head" and "lm_head.weight" not in tensors else 0
         if per_unit[u.name] + tied <= 0:
-            raise InputError(f"checkpoint: no tensor of {str(folder)!r} belongs to unit {u.name!r}; the safetensors "
-                             "files do not match config.json, give the checkpoint they came with.")
+            raise InputError(f"{where} belongs to unit {u.name!r}; the safetensors files do not match config.json, "
+                             "give the checkpoint they came with.")
         units.append(u.model_copy(update={"nbytes": per_unit[u.name] + tied, "tied_nbytes": tied}))
     return shape.model_copy(update={"units": tuple(units)})
+
+
+def shape_from_hub(spec: str, fmt: WeightFormat | None = None) -> ModelShape:
+    """Shape of a Hugging Face id from its config.json and, when the repo has safetensors files, their headers'
+    exact bytes (sim/model/from_hub.py: no weights are read)."""
+    hub = hub_checkpoint(spec)
+    source = f"{hub.repo_id}@{hub.commit[:12]}/config.json"
+    if not hub.headers:
+        return shape_from_config(hub.config, fmt, source=source)
+    if fmt is not None:
+        raise InputError(f"dtype: a Hub checkpoint's bytes come from its safetensors files; drop --dtype for "
+                         f"{spec!r}.")
+    fix = "report it to the repo's owner or give a config.json path"
+    tensors: dict[str, int] = {}
+    for file, (data_bytes, header) in hub.headers.items():
+        tensors.update(header_tensor_bytes(header, data_bytes, f"model: {hub.repo_id}'s {file}", fix))
+    return with_tensor_bytes(shape_from_config(hub.config, source=source), tensors,
+                             f"model: no tensor of {hub.repo_id!r}")
 
 
 def _is_gguf(path: Path) -> bool:
@@ -142,9 +173,13 @@ def _is_gguf(path: Path) -> bool:
 
 
 def load_model(spec: str, fmt: WeightFormat | None = None) -> ModelShape:
-    """A preset name, a config.json path, a checkpoint folder or a .gguf file -> ModelShape."""
+    """A preset name, a config.json path, a checkpoint folder, a .gguf file or a Hugging Face id -> ModelShape.
+
+    An existing path wins over an id: `owner/name[@revision]` is an id only when no such path exists."""
     if not str(spec).strip() or "\x00" in str(spec):
         raise InputError(f"model: {spec!r} is empty; give a preset name, a config.json or a checkpoint folder.")
+    if is_hub_id(spec):
+        return shape_from_hub(spec, fmt)
     path = Path(spec)
     if path.suffix.lower() == ".gguf" or (path.is_file() and _is_gguf(path)):
         if fmt is not None:
