@@ -24,7 +24,7 @@ DATA = ROOT / "lab" / "data"
 MATRIX = [DATA / "validation" / "matrix" / f"matrix-{c}.json" for c in "bcdefghijklmnopq"]
 PEERS = [DATA / "peers" / f"peers-{c}.json" for c in "bcdefghijklmnopqrstuvwx"]
 LLAMACPP = [DATA / "peers" / f"llamacpp-{c}.json" for c in (
-    "a b e f g h i j k l m n o p q s t u v w x y z aa ab ac ad ae af ag ah ai aj ak al am an ao ap aq").split()]
+    "a b e f g h i j k l m n o p q r s t u v w x y z aa ab ac ad ae af ag ah ai aj ak al am an ao ap aq").split()]
 LLAMACPP_FIT = llamacpp.FitNames(
     fit=("llamacpp-a.json:llama-8b", "llamacpp-j.json:qwen3-0.6b", "llamacpp-j.json:llama-1b",
          "llamacpp-i.json:qwen3-4b", "llamacpp-m.json:llama-1b", "llamacpp-p.json:llama-1b",
@@ -39,8 +39,6 @@ NOT_REGENERATED = [
     "and budgets of each run.",
     "`lab/data/peers/peers-a.json`: every timed decode step paid cuDNN's plan for a new KV length "
     "(lab/journal/peers.md, 'Found on the way'); left out.",
-    "`lab/data/peers/llamacpp-c.json`, `llamacpp-d.json`, `llamacpp-r.json`: left out of the llama.cpp figures, as "
-    "by lab/reports/llamacpp_report.py's command.",
     "llama.cpp runs the engine model does not price as run: other thread counts, exported plans of the -ot form, "
     "several sequences each with its own KV cache.",
 ]
