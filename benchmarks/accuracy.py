@@ -12,14 +12,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from hwmodels.units import InputError
 from validate.accuracy import hf_peers, llamacpp, matrix
 from validate.accuracy.families import rounds_of_rows, table
-from validate.accuracy.page import ORDER, render_page, render_readme
+from validate.accuracy.page import ORDER, render_page, render_readme, with_table
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "accuracy.md"
 README = ROOT / "README.md"
-BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 DATA = ROOT / "lab" / "data"
 MATRIX = [DATA / "validation" / "matrix" / f"matrix-{c}.json" for c in "bcdefghijklmnopq"]
 PEERS = [DATA / "peers" / f"peers-{c}.json" for c in "bcdefghijklmnopqrstuvwx"]
@@ -58,21 +58,16 @@ def generate() -> tuple[str, str]:
     return render_page(tables, notes), render_readme(tables)
 
 
-def with_table(readme: str, short: str) -> str:
-    """The README with `short` between its accuracy markers."""
-    head, sep, rest = readme.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not sep or not sep2:
-        raise SystemExit(f"accuracy: README.md lacks the markers {BEGIN} ... {END}; put them around its table.")
-    return f"{head}{BEGIN}\n{short}\n{END}{tail}"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
     a = ap.parse_args()
-    page, short = generate()
-    readme = with_table(README.read_text(), short)
+    try:
+        page, short = generate()
+        readme = with_table(README.read_text(), short)
+    except InputError as exc:
+        print(f"accuracy: {exc}", file=sys.stderr)
+        return 2
     if a.check:
         stale = [str(p.relative_to(ROOT)) for p, text in ((PAGE, page), (README, readme))
                  if not p.exists() or p.read_text() != text]

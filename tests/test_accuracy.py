@@ -125,3 +125,11 @@ def test_a_bad_recorded_file_names_itself(tmp_path):
     with pytest.raises(InputError, match="'date'"):
         read_call(bad)
     assert call_date({"date": "2026-12-01 01:17:06"}) == "2026-12-01"
+
+
+def test_the_readme_changes_only_between_its_markers():
+    from validate.accuracy.page import with_table
+    text = "intro\n<!-- accuracy:begin -->\nold\n<!-- accuracy:end -->\nafter\n"
+    assert with_table(text, "new") == "intro\n<!-- accuracy:begin -->\nnew\n<!-- accuracy:end -->\nafter\n"
+    with pytest.raises(InputError, match="markers"):
+        with_table("no markers here", "new")

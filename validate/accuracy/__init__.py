@@ -4,6 +4,6 @@ family. Readers of JSON only: no torch. `benchmarks/accuracy.py` writes docs/acc
 
 Modules: errors (error statistics and the repeat floor), records (a re-predicted run and reading a recorded file),
 matrix (offloadsim's own engine), peers (every access to the peer engines' cost model), hf_peers (Accelerate and
-AirLLM), llamacpp (llama.cpp's llama-bench and llama-batched-bench records), families (runs grouped into the page's
-tables), page (the markdown).
+AirLLM), llamacpp_runs (llama.cpp's llama-bench and llama-batched-bench records as runs), llamacpp (its costs
+fitted, the held-out runs re-predicted), families (runs grouped into the page's tables), page (the markdown).
 """

@@ -4,6 +4,7 @@ fits and its prediction), llama-bench's records as runs (validate.llamacpp_bench
 other modules of validate.accuracy reach the peers through these functions only."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from hwmodels.presets import load_machine
@@ -98,7 +99,6 @@ def predict_run(shape: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
 
 def with_build(run: PeerRun, flash_attention: bool) -> PeerRun:
     """The run priced for the llama.cpp build that ran it (with or without ggml-cuda's flash-attention kernels)."""
-    import dataclasses
     return dataclasses.replace(run, peer_update={**run.peer_update, "flash_attention": flash_attention})
 
 
@@ -113,7 +113,7 @@ def llamacpp_plan(shape: ModelShape, machine: MachineSpec, w: Workload, budgets:
     return llamacpp_ngl(shape, machine, w, budgets, ngl, ncmoe, mapped)
 
 
-def fit_llamacpp(cal: list, apart: dict[str, list]) :
+def fit_llamacpp(cal: list, apart: dict[str, list]):
     """llama.cpp's costs fitted on `cal` (shape, machine, run), then each cost of LLAMACPP_APART_BOUNDS alone on its
     runs in `apart` (field -> [(shape, machine, run)]), in that order; those start unmeasured, so the fit depends on
     its inputs alone."""
