@@ -51,7 +51,8 @@ def generate() -> tuple[str, str]:
     lc_rows, lc_rounds = llamacpp.read_llamacpp(LLAMACPP, LLAMACPP_FIT)
     rounds = {**rounds_of_rows(list(m.rows)), **rounds_of_rows(peer_rows), **lc_rounds}
     rows = list(m.rows) + peer_rows + lc_rows
-    tables = [table(f, rows, rounds) for f in ORDER if any(r.family == f for r in rows)]
+    by_file = {matrix.GPU, matrix.CPU, matrix.PLANNER}  # each call ran offloadsim's engine of its day
+    tables = [table(f, rows, rounds, f in by_file) for f in ORDER if any(r.family == f for r in rows)]
     notes = NOT_REGENERATED + [f"{len(m.not_regenerated)} matrix runs whose executed copies and computes differ "
                                "from today's schedule of their plan (the llama.cpp-like placement run with the "
                                "schedule of its day): " + "; ".join(sorted(m.not_regenerated)) + "."]

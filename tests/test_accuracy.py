@@ -133,3 +133,12 @@ def test_the_readme_changes_only_between_its_markers():
     assert with_table(text, "new") == "intro\n<!-- accuracy:begin -->\nnew\n<!-- accuracy:end -->\nafter\n"
     with pytest.raises(InputError, match="markers"):
         with_table("no markers here", "new")
+
+
+def test_a_table_by_file_adds_a_line_per_recorded_file():
+    rows = [row(pred=1.1), Row("F", "s", "g.json", "2026-11-30", "a", "run", 1.3, 1.0, float("nan"), float("nan"),
+                               True, ("g", 1))]
+    lines = {ln.name: ln for ln in table("F", rows, {}, by_file=True).lines}
+    assert lines["in `f.json`"].tpot.worst_pct == pytest.approx(10.0)
+    assert lines["in `g.json`"].tpot.worst_pct == pytest.approx(30.0)
+    assert "in `f.json`" not in {ln.name for ln in table("F", rows, {}).lines}

@@ -45,8 +45,9 @@ def median_of_rounds(rows: list[Row]) -> list[Row]:
                     ttft_meas_s=statistics.median(r.ttft_meas_s for r in g)) for g in groups.values()]
 
 
-def table(family: str, rows: list[Row], rounds: dict[tuple, list[float]]) -> Table:
-    """The family's table from its rows (held out or not) and the round times of settings (setting -> times)."""
+def table(family: str, rows: list[Row], rounds: dict[tuple, list[float]], by_file: bool = False) -> Table:
+    """The family's table from its rows (held out or not) and the round times of settings (setting -> times);
+    `by_file`: a line per recorded file too (each call ran the engine of its day)."""
     mine = [r for r in rows if r.family == family]
     held = [r for r in mine if r.held_out]
     lines = [line(s, [r for r in held if r.slice == s]) for s in sorted({r.slice for r in held})]
@@ -54,6 +55,8 @@ def table(family: str, rows: list[Row], rounds: dict[tuple, list[float]]) -> Tab
     medians = median_of_rounds(held)
     if len(medians) < len(held):
         lines.append(line("each setting against the median of its rounds", medians))
+    if by_file:
+        lines += [line(f"in `{f}`", [r for r in held if r.file == f]) for f in sorted({r.file for r in held})]
     settings = {r.setting for r in mine}
     return Table(family, tuple(lines), tuple(sorted({r.file for r in mine})), min(r.date for r in mine),
                  max(r.date for r in mine), len(held), len(mine) - len(held),

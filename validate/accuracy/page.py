@@ -13,7 +13,9 @@ MACHINE = "one NVIDIA H200 (PCIe 5.0) lent host, preset `h200-testbox`"
 # what each family's runs are and how the page knows which runs were held out from any fit
 HELD_OUT = {
     matrix.GPU: "No cost is fitted on any run: each call ran `calibrate` (its own measurements) and then the plans, "
-                "so every run is held out (the `profile` and the `runs` of each file).",
+                "so every run is held out (the `profile` and the `runs` of each file). Each call ran offloadsim's "
+                "engine as it was that day (the later files, the engine as it is now): the lines per file show "
+                "how the error moved with it.",
     matrix.CPU: "Held out as above; the CPU layers are priced from the CPU grids `calibrate` timed minutes before "
                 "in the same call.",
     matrix.PLANNER: "Plans the planner chose at the VRAM budgets of the matrix (labels `planner ...` in the files), "
