@@ -47,17 +47,14 @@ import shlex
 import statistics
 from pathlib import Path
 
-from validate.archs import ARCHS
 from hwmodels.presets import load_machine
 from hwmodels.specs import MachineSpec
 from sim.costs.memory import PlanError, check_plan, memory_use
 from sim.plan import Plan, Workload
 from sim.engines.llamacpp.fit import fit_placement
 from sim.engines.llamacpp.layout import llamacpp_ngl
-from sim.model.families import shape_from_config
-from sim.model.formats import parse_format
 from sim.model.shapes import ATTENTION_KINDS, ModelShape
-from validate.checkpoint import make_config
+from validate.accuracy.llamacpp_runs import flash_attention_build, head_on_gpu, head_override, with_tensor_sizes
 from validate.llamacpp_bench import bench_budgets as budgets, mapped_of, run_of
 from validate.peer_calibration import PeerRun, fit, fit_host_scale, fit_scalar, host_scaled, predict, with_peer
 
@@ -119,24 +116,6 @@ def batched_runs(recs: list[dict], shape: ModelShape, machine: MachineSpec, kind
         run = PeerRun(name, plan_b, w, budgets(machine, mapped), statistics.median(steps), float("nan"))
         out.append((kind, dict(rec, kv_per_sequence=kv_per_sequence(kind, rec, run, shape)), run))
     return out
-
-
-def head_override(args: list[str]) -> bool:
-    """Whether llama-batched-bench's `-ot PATTERN=DEVICE` arguments send the output head's weight to a GPU
-    (llama.cpp matches each pattern against the tensor's name with regex_search)."""
-    rules = ",".join(args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-ot", "--override-tensor"))
-    for rule in rules.split(","):
-        pattern, _, device = rule.rpartition("=")
-        if pattern and re.search(pattern, "output.weight"):
-            return device.upper().startswith("CUDA")
-    return False
-
-
-def head_on_gpu(plan: Plan, shape: ModelShape) -> Plan:
-    """The plan with its output head held and computed on the GPU."""
-    head = {u.name for u in shape.units if u.kind == "lm_head"}
-    return plan.model_copy(update={"placements": [p.model_copy(update={"tier": "vram", "compute": "gpu"})
-                                                  if p.unit in head else p for p in plan.placements]})
 
 
 def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, dict, PeerRun]]:
@@ -223,20 +202,6 @@ def fit_workload(fitted: dict, default: Workload | None = None) -> Workload | No
     if "-c" not in words[:-1]:
         return default
     return Workload(batch=1, prompt_tokens=max(int(words[words.index("-c") + 1]) - 1, 1), new_tokens=1)
-
-
-def with_tensor_sizes(entry: dict, shape: ModelShape) -> ModelShape:
-    """A shape recorded before units carried their largest tensor, given those of its architecture's config
-    (validate/archs.py; the GGUF's matrices are 16-bit), so llama.cpp's compute buffer is priced as for a new run."""
-    if any(u.max_tensor_nbytes for u in shape.units) or entry["arch"] not in ARCHS or \
-            round(shape.weight_format.bits_per_weight) != 16:  # 16-bit matrices (f16 files: 16.0005-16.0013)
-        return shape
-    preset, over = ARCHS[entry["arch"]]
-    ref = shape_from_config(make_config(preset, **dict(over, num_hidden_layers=entry["layers"])),
-                            parse_format("fp16"))
-    big = {u.name: u.max_tensor_nbytes for u in ref.units}
-    return shape.model_copy(update={"units": tuple(u.model_copy(update={"max_tensor_nbytes": big.get(u.name, 0)})
-                                                   for u in shape.units)})
 
 
 FIT_MEM = re.compile(r"n_layer=\s*(\d+), n_part=\s*(\d+), overflow_type=(\d+), mem=\s*(\d+) MiB")
@@ -342,15 +307,6 @@ def is_calibration(kind: str, rec: dict, ngls: list[int]) -> bool:
     if kind != "ngl" or rec["n_gpu_layers"] not in {ranked[0], middle, *ranked[-2:]}:
         return False
     return rec["n_gen"] > 0 or rec["n_gpu_layers"] == ranked[-1] and rec["n_prompt"] == FIT_PROMPT
-
-
-def flash_attention_build(build: dict) -> bool:
-    """Whether the call's llama.cpp had ggml-cuda's flash-attention kernels (llama.cpp's default; h200_llamacpp.py
-    --fa, from call Y): configured with GGML_CUDA_FA=ON, or, where the call resumed a build, run from the folder
-    that --fa builds in. Without them (calls A-X) llama.cpp's `-fa auto` finds the attention of a GPU layer placed on
-    the CPU and turns flash attention off: the GPU then multiplies Q by K and the scores by V, one stream of the KV
-    cache after another (GGML_SCHED_DEBUG, call X)."""
-    return "-DGGML_CUDA_FA=ON" in (build.get("cmake_flags") or []) or "/build-fa/" in build.get("binary", "")
 
 
 def load(files: list[str]) -> list[tuple[dict, ModelShape, MachineSpec, list]]:

@@ -17,15 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
-from hwmodels.specs import MachineSpec
 from sim.costs.memory import memory_use, streamed_units
 from sim.plan import Budgets, Plan, Workload
 from sim.model.shapes import ModelShape
 from sim.run.simulate import simulate
+from validate.accuracy.errors import error_pct
+from validate.accuracy.matrix import executed
+from validate.accuracy.peers import profile_machine
 
 
 def err(p: float, m: float) -> float:
-    return (p - m) / m * 100 if m else float("nan")
+    return error_pct(p, m)
 
 
 def busy(events) -> float:
@@ -42,7 +44,7 @@ def run_inputs(entry: dict, run: dict) -> tuple:
     """(shape, machine, plan, workload, budgets, VRAM the engine needed) of a recorded run, budgets widened to the
     VRAM it took."""
     # the recorded peer entries are unmeasured defaults of the code of the day: today's are used (runs are offloadsim's)
-    machine = MachineSpec.model_validate({k: v for k, v in entry["profile"]["machine"].items() if k != "peers"})
+    machine = profile_machine(entry["profile"]["machine"])
     shape = ModelShape.model_validate(entry["shape"])
     plan, budgets = Plan.model_validate(run["plan"]), Budgets.model_validate(run["budgets"])
     w = Workload.model_validate(run["workload"]).model_copy(update={"warm": not run["cold"]})
@@ -116,11 +118,6 @@ def memory_stats(rows: list[dict]) -> dict | None:
             "most_above_mib": max(0.0, max((r["vram_meas_bytes"] - r["vram_pred_bytes"]) / 2**20 for r in rs)),
             "left_out_unused_slots": sum(bool(r.get("unused_slots")) for r in rows),
             "refused_today": sum(r["over_budget_today"] for r in rows)}
-
-
-def executed(events) -> set[tuple]:
-    """(step, unit, stage) of every copy and compute: the structure of a run, predicted or measured."""
-    return {(e[0], e[1], e[2]) for e in events if e[2] in ("copy", "compute")}
 
 
 def stats(rows: list[dict], key: str) -> dict:

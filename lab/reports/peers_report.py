@@ -15,7 +15,6 @@ Run: python lab/reports/peers_report.py lab/data/peers/peers-a.json [--json OUT]
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
 import statistics
@@ -27,19 +26,19 @@ from sim.plan import Budgets, Workload
 from sim.engines.placements import POLICIES, accelerate_map, accelerate_tiers
 from sim.run.schedule import airllm_loader_wait_s, build_schedule
 from sim.model.shapes import ModelShape
+from validate.accuracy import peers as accuracy_peers
 from validate.peer_calibration import PeerRun, fit, predict, with_peer
 
 # every architecture's runs of these kinds fit the costs; all other runs are held out
 CALIBRATION = {("accelerate", "all GPU", 1), ("accelerate", "GPU 60%", 1), ("accelerate", "GPU 30%", 1), ("airllm", "warm", 1)}
 # peer costs calibrate measures on the host, not fitted here (AirLLM's cleanup per module since the 23rd session:
 # where a profile has it, every AirLLM run is held out)
-MEASURED = {"accelerate": ("disk_tensor_s", "disk_header_entry_s", "hook_module_s"),
-            "airllm": ("load_unit_s",)}
+MEASURED = accuracy_peers.MEASURED
 
 
 def cleanup_measured(entry: dict) -> bool:
     """calibrate timed AirLLM's cleanup per module on that host (validate/module_cleanup.py)."""
-    return "module_cleanup" in entry["profile"].get("calibration", {}).get("measurements", {})
+    return accuracy_peers.cleanup_measured(entry["profile"])
 
 
 def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, str, bool, PeerRun, dict]]:
@@ -84,29 +83,10 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
     return out
 
 
-@functools.cache
-def _preset_peers() -> dict:
-    """The h200-testbox preset's peer costs, read once."""
-    from hwmodels.presets import load_machine
-    return load_machine("h200-testbox").peers
-
-
 def profile_machine(e: dict, peers: dict | None = None) -> MachineSpec:
-    """The machine of a recorded architecture's calibrated profile. Its peer entries are the defaults of the code
-    that recorded it: take today's engine facts (or `peers`), with what calibrate measured of them on that host; what
-    calibrate did not measure yet when the call ran (Accelerate's disk costs before call D) from the h200-testbox
-    preset, which holds those measurements of this machine."""
-    preset = _preset_peers()
-    prof = e["profile"]["machine"]
-    machine = MachineSpec.model_validate({k: v for k, v in prof.items() if k != "peers"})
-    for engine, fields in MEASURED.items():
-        if engine == "airllm" and not cleanup_measured(e):
-            continue
-        got = prof.get("peers", {}).get(engine, {})
-        base = (peers or {}).get(engine, machine.peers[engine])
-        machine = with_peer(machine, engine, base.model_copy(
-            update={k: got[k] if k in got else getattr(preset[engine], k) for k in fields}))
-    return machine
+    """The machine of a recorded architecture's calibrated profile with today's engine costs (or `peers`'
+    Accelerate costs) and what calibrate measured of them (validate.accuracy.peers.hf_profile_machine)."""
+    return accuracy_peers.hf_profile_machine(e["profile"], (peers or {}).get("accelerate"))
 
 
 def abs_summary(errs: list[float]) -> dict:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from lab.reports.llamacpp_report import ngl_label
 from validate.llamacpp_bench import median_time_s
-from validate.peer_calibration import floor_pct
+from validate.accuracy.errors import floor_pct
 
 AGREE_PCT = 15.0  # another timing of the setting within this of the prediction: the model agrees with a repeat
 STEADY_FLOOR_PCT = 10.0  # a setting whose timings lie within this floor of each other reproduced: the host held still
