@@ -36,7 +36,7 @@ for name in list_machines():
     ax.text(m.storage.cold_read_bytes_per_s / 1e9, 0.35, name, rotation=90, fontsize=7)
     ax.axvline(m.storage.cache_read_bytes_per_s / 1e9, color="grey", lw=0.4, ls="--")
 prof = Path(__file__).resolve().parent.parent / "docs" / "validation" / "profile.json"
-codecs = {"zstd 1 thread (2-core dev box, peer-engines.md)": 1.3e9}
+codecs = {"zstd 1 thread (2-core dev box, lab/data/reference/peer-engines.md)": 1.3e9}
 if prof.exists():
     c = json.loads(prof.read_text())["calibration"]["measurements"]["codec"]
     codecs.update({f"zstd {k.split('_')[1][:-7]} threads (H200 calibrate)": v for k, v in c.items() if k.startswith("decode_")})

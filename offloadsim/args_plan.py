@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from offloadsim import commands_plan
+from offloadsim import handlers
 from offloadsim.args_sim import add_workload
 
 # planner.engines.ENGINES, spelled out: importing the planner here would slow every command's start (tested equal)
@@ -12,7 +12,7 @@ ENGINES = ("offloadsim", "accelerate", "llamacpp", "airllm")
 
 def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p = sub.add_parser("plan", help="choose where every unit lives under the budgets; compare with every baseline")
-    p.set_defaults(run=commands_plan.plan_cmd)
+    p.set_defaults(run=handlers.plan)
     model_args(p)
     machine_args(p)
     add_workload(p)
@@ -29,7 +29,7 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p.add_argument("--json", action="store_true")
 
     q = sub.add_parser("pareto", help="predicted time per token against the VRAM and RAM budgets, every planner")
-    q.set_defaults(run=commands_plan.pareto_cmd)
+    q.set_defaults(run=handlers.pareto)
     model_args(q)
     machine_args(q)
     add_workload(q)
@@ -40,7 +40,7 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
 
 def add_whatif(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p = sub.add_parser("whatif", help="plan and predict every combination of machine changes; rank single upgrades")
-    p.set_defaults(run=commands_plan.whatif_cmd)
+    p.set_defaults(run=handlers.whatif)
     model_args(p)
     machine_args(p)
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from offloadsim import commands_sim
+from offloadsim import handlers
 
 
 def add_workload(p: argparse.ArgumentParser) -> None:
@@ -29,7 +29,7 @@ def add_workload(p: argparse.ArgumentParser) -> None:
 
 def add_sim(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     s = sub.add_parser("simulate", help="run the SimPy timeline for a policy or a plan")
-    s.set_defaults(run=commands_sim.simulate_cmd)
+    s.set_defaults(run=handlers.simulate)
     model_args(s)
     machine_args(s)
     how = s.add_mutually_exclusive_group()

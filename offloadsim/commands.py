@@ -1,4 +1,4 @@
-"""Handlers for the foundation subcommands: hw, info, gap."""
+"""Handlers for the hardware subcommands: hw and gap (they need the presets only, not the simulator)."""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +6,7 @@ import argparse
 from hwmodels.presets import load_machine
 from hwmodels.units import InputError
 from offloadsim.hwreport import format_gap, gap_rows, machine_detail, machines_rows, parts_rows
-from offloadsim.inforeport import format_info, info
 from offloadsim.output import emit
-from offloadsim.resolve import resolve_codec, resolve_model
 
 
 def hw(args: argparse.Namespace) -> int:
@@ -54,13 +52,6 @@ def hw_detect(args: argparse.Namespace) -> int:
     if out is not None:
         text += f"\nwrote {out} (use it as --machine {out})"
     return emit(args, {**d, "notes": notes, "out": str(out) if out else None}, text)
-
-
-def info_cmd(args: argparse.Namespace) -> int:
-    machine = load_machine(args.machine)
-    model = resolve_model(args)
-    rep = info(model, machine, resolve_codec(args, machine))
-    return emit(args, rep, format_info(rep))
 
 
 def gap(args: argparse.Namespace) -> int:

@@ -1,4 +1,8 @@
-"""Hardware presets: every numeric value has a source; units parse at the edges; the gap table."""
+"""Hardware presets: every numeric value has a source, every file a source cites is in the repository; units parse
+at the edges; the gap table."""
+import re
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -6,7 +10,10 @@ from hwmodels import get_machine, list_machines, machine_sources, parse_bandwidt
 from hwmodels.presets import get_part, part_names
 from hwmodels.specs import StorageSpec, pcie_theoretical_bytes_per_s
 from hwmodels.units import InputError
-from offloadsim.hwreport import gap_rows
+from offloadsim.hwreport import gap_rows, machine_detail
+
+ROOT = Path(__file__).resolve().parent.parent
+CITED_FILE = re.compile(r"[\w./{},-]+\.(?:json|jsonl|md|py|toml|csv|log|txt|png|svg)\b")
 
 
 def test_units_parse_si_and_binary():
@@ -57,6 +64,35 @@ def test_every_part_preset_value_has_a_source(kind):
                 assert sources.get(f"{kind}.{field}"), f"{kind} {name}: {field} has no source"
 
 
+def cited_files(text: str) -> list[str]:
+    """The file paths a source cites, a `{a,b}` group expanded: 'x (lab/d/m-{k,l}.json)' -> lab/d/m-k.json, m-l.json."""
+    out = []
+    for path in CITED_FILE.findall(text):
+        group = re.fullmatch(r"(.*)\{([^}]*)\}(.*)", path)
+        out += [group[1] + alt + group[3] for alt in group[2].split(",")] if group else [path]
+    return out
+
+
+def test_cited_files_are_found_in_a_source():
+    assert cited_files("[M] fitted (lab/data/m/matrix-{k,l}.json, batch 1) and tests/test_x.py; 2.3GB/s; NVIDIA/nccl") \
+        == ["lab/data/m/matrix-k.json", "lab/data/m/matrix-l.json", "tests/test_x.py"]
+    assert cited_files("[M] nproc = 16, h200-probe.json") == ["h200-probe.json"]  # a bare name: not at the root
+
+
+@pytest.mark.parametrize("name", list_machines())
+def test_every_file_hw_show_cites_is_in_the_repository(name):
+    detail = machine_detail(name)
+    texts = [detail["description"]] + [v["source"] for v in detail["values"]]
+    cited = {f for text in texts for f in cited_files(text)}
+    assert [f for f in sorted(cited) if not (ROOT / f).is_file()] == []
+
+
+@pytest.mark.parametrize("kind", ["gpu", "link", "storage", "host_memory", "cpu"])
+def test_every_file_a_part_preset_cites_is_in_the_repository(kind):
+    cited = {f for name in part_names(kind) for text in get_part(kind, name)[1].values() for f in cited_files(text)}
+    assert [f for f in sorted(cited) if not (ROOT / f).is_file()] == []
+
+
 def test_required_gpus_and_storage_present():
     gpus = set(part_names("gpu"))
     assert {"t4", "v100", "rtx3080-laptop", "rtx3090", "rtx4090", "rtx5090", "a100-40gb", "a100-80gb", "h100-sxm",
@@ -71,7 +107,7 @@ def test_pcie_theoretical_rates():
     assert pcie_theoretical_bytes_per_s(5, 16) == pytest.approx(63.0e9, rel=1e-3)
 
 
-# The ratio table of hardware-facts.md: GPU -> (x theoretical, x measured)
+# The ratio table of lab/data/reference/hardware-facts.md: GPU -> (x theoretical, x measured)
 FACTS = {"gtx1080": (20, 26), "p100": (46, 60), "rtx3090": (30, 37), "a100-80gb": (65, 81), "rtx4090": (32, 42),
          "h100-sxm": (53, 60), "h200": (76, 86), "rtx5090": (28, 32), "b200": (127, None)}
 

@@ -37,7 +37,7 @@ def test_flags_override_parts_of_the_named_machine_in_any_order():
     base = get_machine("h200-testbox")
     assert a.storage == get_part("storage", "sata")[0] and a.gpu == base.gpu and a.link == base.link
     assert a.sources["storage.cold_read_bytes_per_s"] == get_part("storage", "sata")[1]["storage.cold_read_bytes_per_s"]
-    assert a.sources["gpu.vram_bytes"] == "[M] nvidia-smi memory.total, h200-probe.json"
+    assert a.sources["gpu.vram_bytes"] == "[M] nvidia-smi memory.total, lab/data/reference/h200-probe.json"
 
 
 def test_link_lanes_scale_the_x16_preset():

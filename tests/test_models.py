@@ -9,7 +9,7 @@ from hwmodels.units import InputError
 from sim.model.formats import parse_format
 from sim.model.resolve import load_model, model_presets, preset_config
 
-# (total params, bytes per decoder layer in BF16 or FP16, from hardware-facts.md)
+# (total params, bytes per decoder layer in BF16 or FP16, from lab/data/reference/hardware-facts.md)
 EXPECTED = {
     "llama-3.1-8b": (8.03e9, 436.2e6), "llama-3.1-70b": (70.55e9, 1.711e9), "llama-3.1-405b": (405.85e9, 6.375e9),
     "opt-175b": (174.6e9, 3.624e9), "mixtral-8x7b": (46.70e9, 2.90e9), "qwen3-235b-a22b": (235.09e9, 4.976e9),

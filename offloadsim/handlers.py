@@ -1,0 +1,43 @@
+"""Each subcommand's handler, importing its command module only when it runs.
+
+Parsing arguments (and `--help`) then loads argparse and the hardware presets, not the simulator, the planner,
+scipy, numba, SimPy or matplotlib: a handler here is what `set_defaults(run=...)` names in the argument modules.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def hw(args: argparse.Namespace) -> int:
+    from offloadsim.commands import hw as run
+    return run(args)
+
+
+def gap(args: argparse.Namespace) -> int:
+    from offloadsim.commands import gap as run
+    return run(args)
+
+
+def info(args: argparse.Namespace) -> int:
+    from offloadsim.commands_info import info_cmd
+    return info_cmd(args)
+
+
+def simulate(args: argparse.Namespace) -> int:
+    from offloadsim.commands_sim import simulate_cmd
+    return simulate_cmd(args)
+
+
+def plan(args: argparse.Namespace) -> int:
+    from offloadsim.commands_plan import plan_cmd
+    return plan_cmd(args)
+
+
+def pareto(args: argparse.Namespace) -> int:
+    from offloadsim.commands_plan import pareto_cmd
+    return pareto_cmd(args)
+
+
+def whatif(args: argparse.Namespace) -> int:
+    from offloadsim.commands_plan import whatif_cmd
+    return whatif_cmd(args)
