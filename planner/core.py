@@ -28,7 +28,7 @@ from planner.seeds import known_placements
 from sim.costs.equations import Codec, machine_codec
 from sim.run.fast import Unsupported, warm_up
 from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes, min_vram_bytes
-from sim.plan import Budgets, Placement, Plan, Workload
+from sim.plan import Budgets, Placement, Plan, Request, Workload
 from sim.engines.placements import POLICIES
 from sim.model.shapes import ModelShape
 from sim.run.simulate import fast_simulate, simulate
@@ -138,8 +138,8 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
     opt_idx = [OPTIONS.index(o) for o in options]
     real = workload
     search_w = workload.model_copy(update={"seed": workload.seed + 7919}) if model.is_moe else workload
-    ev = Evaluator(model, machine, search_w, budgets, codec)  # MoE: search on other draws than the judge's
-    ev_real = Evaluator(model, machine, real, budgets, codec, like=ev) if model.is_moe else ev
+    ev = Evaluator(Request(model, machine, search_w, budgets), codec)  # MoE: search on other draws than the judge's
+    ev_real = Evaluator(Request(model, machine, real, budgets), codec, like=ev) if model.is_moe else ev
     use = usage(model, machine, search_w, ev=ev)
     costs = option_costs(model, machine, search_w, use, codec, True)
     gs, ordered = coarse_groups(costs, use, model)

@@ -13,7 +13,7 @@ import numpy as np
 from hwmodels.specs import MachineSpec
 from sim.costs.equations import Codec, copy_time_s, unpack_time_s
 from sim.costs.memory import unit_kv_bytes
-from sim.plan import Budgets, Workload
+from sim.plan import Budgets, Request, Workload
 from sim.model.shapes import ModelShape, UnitShape
 from sim.costs.compute import cpu_compute_s, gpu_compute_s, has_pinned_cpu_grid
 from sim.model.routing import ExpertRouter
@@ -36,7 +36,7 @@ def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "al
     phase: 'all' (the whole request) or 'decode' (per decode step: steps 1.. divided by their number).
     `ev`: a planner.evaluator.Evaluator for this request, whose schedules are reused."""
     if ev is None:
-        ev = Evaluator(model, machine, w, Budgets.unlimited(), None)
+        ev = Evaluator(Request(model, machine, w, Budgets.unlimited()), None)
     n = len(model.units)
     keep = ev.step >= (1 if phase == "decode" and w.new_tokens > 1 else 0)
     scale = max(w.new_tokens - 1, 1) if phase == "decode" else 1

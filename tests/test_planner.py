@@ -15,7 +15,7 @@ from planner.choices import OPTIONS
 from planner.search import LOADER_SETTINGS
 from sim.costs.memory import PlanError, check_plan, memory_use
 from sim.model.resolve import load_model
-from sim.plan import Budgets, Plan, Workload
+from sim.plan import Budgets, Plan, Request, Workload
 from sim.run.simulate import fast_simulate
 from tests.conftest import TOY as SMALL_TOY
 from tests.toys import toy_model
@@ -25,7 +25,7 @@ TOY = SMALL_TOY.model_copy(update={"gpu": SMALL_TOY.gpu.model_copy(update={"vram
 
 
 def build(model, machine, assignment, settings, codec):
-    ev = Evaluator(model, machine, Workload(new_tokens=1), Budgets.unlimited(), codec)
+    ev = Evaluator(Request(model, machine, Workload(new_tokens=1), Budgets.unlimited()), codec)
     return ev.plan(np.array([OPTIONS.index(o) for o in assignment]), (*settings, None))
 
 

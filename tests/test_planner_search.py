@@ -11,7 +11,7 @@ from planner.choices import OPTIONS
 from planner.options import groups, option_costs, usage
 from planner.search import IMPROVES, Search, spread
 from sim.model.resolve import load_model
-from sim.plan import Budgets, Workload
+from sim.plan import Budgets, Request, Workload
 from tests.test_planner_properties import RAW, TOY
 from tests.toys import toy_model
 
@@ -30,7 +30,7 @@ def test_unit_groups_equal_the_options_groups():
     m = get_machine("t4-cloud")
     for name in ("mixtral-8x7b", "qwen3-14b"):
         q = load_model(name)
-        ev = Evaluator(q, m, Workload(new_tokens=3), Budgets.of(m), None)
+        ev = Evaluator(Request(q, m, Workload(new_tokens=3), Budgets.of(m)), None)
         use = usage(q, m, ev.w, ev=ev)
         for cached in (True, False):
             costs = option_costs(q, m, ev.w, use, None, cached)
@@ -40,7 +40,7 @@ def test_unit_groups_equal_the_options_groups():
 
 def toy_search(sizes, budgets, **kw) -> Search:
     model = toy_model(sizes)
-    ev = Evaluator(model, TOY, Workload(prompt_tokens=2, new_tokens=3), budgets, None)
+    ev = Evaluator(Request(model, TOY, Workload(prompt_tokens=2, new_tokens=3), budgets), None)
     return Search(ev, [np.array([i]) for i in range(len(sizes))], RAW, **kw)
 
 
@@ -101,7 +101,7 @@ def test_integer_programs_ruled_out_by_memory_are_those_highs_finds_infeasible(m
     w = Workload(new_tokens=3)
     options = [o for o in OPTIONS if o != ("ram_pinned", "cpu")]
     for b in (Budgets.of(m, vram=4 * 2**30), Budgets.of(m, vram=2 * 2**30, ram=20 * 2**30)):
-        ev = Evaluator(q, m, w, b, None)
+        ev = Evaluator(Request(q, m, w, b), None)
         use = usage(q, m, w, ev=ev)
         skipped, calls = [], []
         real = milp_mod._no_fit
