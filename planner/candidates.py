@@ -10,8 +10,9 @@ from planner.choices import OPTIONS
 from planner.options import OptionCosts, groups, option_costs, row_classes
 from planner.search import spread
 from sim.costs.memory import activation_bytes
+from sim.costs.tiers import TIER_ROWS
 
-STAGED = {("ram_compressed", "gpu"), ("disk_raw", "gpu"), ("disk_compressed", "gpu")}
+STAGED = {(t, "gpu") for t, row in TIER_ROWS.items() if row.staged}  # GPU options through a pinned slot
 MAX_GROUPS = 40
 
 

@@ -25,7 +25,8 @@ from planner.choices import OPTIONS
 from planner.options import option_costs, usage
 from planner.search import EXACT_LIMIT, Outcome, Search, exact, exact_size
 from planner.seeds import known_placements
-from sim.costs.equations import Codec, machine_codec
+from sim.costs.tiers import TIER_ROWS
+from sim.costs.transfer import Codec, machine_codec
 from sim.run.fast import Unsupported, warm_up
 from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes, min_vram_bytes
 from sim.plan import Budgets, Placement, Plan, Request, Workload
@@ -134,7 +135,7 @@ def plan_with_report(model: ModelShape, machine: MachineSpec, workload: Workload
     t0 = time.perf_counter()
     codec = codec or machine_codec(machine)
     options = [o for o in OPTIONS if (tiers is None or o[0] in tiers) and (allow_cpu or o[1] == "gpu")
-               and (codec is not None or not o[0].endswith("compressed")) and o != ("ram_pinned", "cpu")]
+               and (codec is not None or not TIER_ROWS[o[0]].compressed) and o != ("ram_pinned", "cpu")]
     opt_idx = [OPTIONS.index(o) for o in options]
     real = workload
     search_w = workload.model_copy(update={"seed": workload.seed + 7919}) if model.is_moe else workload

@@ -15,6 +15,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from planner.choices import OPTIONS
+from sim.costs.tiers import TIER_ROWS
 from planner.options import RESOURCES, OptionCosts
 
 
@@ -62,7 +63,7 @@ def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned
     ub = np.zeros(nv)
     for gi, u in enumerate(rep):
         for j, (tier, dev) in enumerate(OPTIONS):
-            streamed_gpu = dev == "gpu" and tier != "vram"
+            streamed_gpu = dev == "gpu" and not TIER_ROWS[tier].resident
             ok = costs.allowed[u, j] and not (streamed_gpu and costs.nbytes[u] > slot_bytes)
             ub[gi * k + j] = size[gi] if ok else 0
     ub[-1] = np.inf

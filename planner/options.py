@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hwmodels.specs import MachineSpec
-from sim.costs.equations import Codec, copy_time_s, unpack_time_s
+from sim.costs.tiers import TIER_ROWS
+from sim.costs.transfer import Codec, copy_time_s, unpack_time_s
 from sim.costs.memory import unit_kv_bytes
 from sim.plan import Budgets, Request, Workload
 from sim.model.shapes import ModelShape, UnitShape
@@ -136,23 +137,24 @@ def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usag
     copy_pin = uses * per_size(nb, copy_time_s, machine, pinned=True)
     copy_page = uses * per_size(nb, copy_time_s, machine, pinned=False)
     for j, (tier, dev) in enumerate(OPTIONS):
+        row = TIER_ROWS[tier]
         work["compute"][:, j] = use.gpu_s if dev == "gpu" else use.cpu_s
-        if dev == "gpu" and tier != "vram":
-            work["copy"][:, j] = copy_page if tier == "ram_pageable" else copy_pin
-        if tier.startswith("disk"):
-            stored = nb * (ratio if tier == "disk_compressed" else 1.0)
+        if dev == "gpu" and not row.resident:  # the planner's runtime stages through pinned slots
+            work["copy"][:, j] = copy_pin if row.copies_pinned(staging=True) else copy_page
+        if row.reads_storage:
+            stored = nb * (ratio if row.compressed else 1.0)
             work["read"][:, j] = read_s(stored)
             disk[:, j] = stored
-        if tier.endswith("compressed"):
+        if row.unpacks:
             if codec is None:
                 allowed[:, j] = False
                 continue
             work["unpack"][:, j] = uses * per_size(nb, unpack_time_s, codec)
-        vram[:, j] = nb if tier == "vram" else 0
-        pinned[:, j] = nb if tier == "ram_pinned" else 0
-        if dev == "cpu" and tier == "ram_pinned":
+        vram[:, j] = nb if row.resident else 0
+        pinned[:, j] = nb if row.pinned_home else 0
+        if dev == "cpu" and row.pinned_home:
             allowed[:, j] = False  # same cost as pageable for the CPU; kept for llama.cpp-style plans
-        ram[:, j] = nb if tier == "ram_pageable" else nb * ratio if tier == "ram_compressed" else 0
+        ram[:, j] = row.stored(nb, ratio) if row.home == "pageable" else 0
     add_kv_cache(model, w, vram, ram)
     return OptionCosts(work, vram, pinned, ram, disk, allowed, nb)
 

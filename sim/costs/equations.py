@@ -12,9 +12,14 @@ from typing import NamedTuple
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import InputError
-from sim.costs.tiers import STAGED_TIERS, TIERS, Tier, tier_row  # noqa: F401  (importable from here)
-from sim.costs.transfer import (CHUNK_BYTES, Codec, copy_bytes_per_s, copy_time_s, kv_host_copy_s,  # noqa: F401
-                                kv_move_s, machine_codec, pin_time_s, read_time_s, unpack_time_s)
+from sim.costs.tiers import STAGED_TIERS, TIERS, Tier, tier_row
+from sim.costs.transfer import (CHUNK_BYTES, Codec, copy_bytes_per_s, copy_time_s, kv_host_copy_s, kv_move_s,
+                                machine_codec, pin_time_s, read_time_s, unpack_time_s)
+
+__all__ = ["PrepTime", "t_prep", "compression_pays", "roofline_s",
+           # importable from here for the modules that import them from here
+           "STAGED_TIERS", "TIERS", "Tier", "CHUNK_BYTES", "Codec", "copy_bytes_per_s", "copy_time_s",
+           "kv_host_copy_s", "kv_move_s", "machine_codec", "pin_time_s", "read_time_s", "unpack_time_s"]
 
 
 class PrepTime(NamedTuple):
