@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.evaluator import Evaluator
-from planner.milp import MilpResult, solve
+from planner.milp import MilpResult, Room, Solver, solve
 from planner.candidates import unit_groups
 from planner.choices import OPTIONS
 from planner.options import RESOURCES, OptionCosts, add_kv_cache, per_size
@@ -98,8 +98,8 @@ def lower_bound(ev: Evaluator, options: list[tuple[str, str]], time_limit_s: flo
         programs.append((costs, unit_groups(costs)))
 
     def bound(costs: OptionCosts, gs: list[np.ndarray], integral: bool) -> MilpResult:
-        return solve(costs, gs, free, b.pinned_bytes, b.ram_bytes, free, False, time_limit_s=time_limit_s,
-                     integral=integral, rel_gap=0.01)
+        return solve(costs, gs, Room(free, b.pinned_bytes, b.ram_bytes, free, False),
+                     Solver(time_limit_s, integral, rel_gap=0.01))
 
     relaxed = [bound(costs, gs, False) for costs, gs in programs]
     best = float("nan")

@@ -110,7 +110,7 @@ def test_lower_bound_is_the_least_dual_bound_of_every_offload_mode(name, machine
     the least over every mode's integer program all the same."""
     from planner.bound import MODES, _phase_sums, bound_costs
     from planner.candidates import unit_groups
-    from planner.milp import solve
+    from planner.milp import Room, Solver, solve
     m, q = get_machine(machine), load_model(name)
     ev = Evaluator(Request(q, m, w, Budgets.of(m, vram=int(vram_gib * 2**30))), None)
     options = [o for o in OPTIONS if o != ("ram_pinned", "cpu")]
@@ -120,8 +120,8 @@ def test_lower_bound_is_the_least_dual_bound_of_every_offload_mode(name, machine
         costs = bound_costs(ev, mode, _phase_sums(ev))
         costs.allowed[:, [j for j, o in enumerate(OPTIONS) if o not in options]] = False
         gs = unit_groups(costs)
-        res = solve(costs, gs, free, ev.budgets.pinned_bytes, ev.budgets.ram_bytes, free, False,
-                    integral=len(gs) <= 400, rel_gap=0.01)
+        res = solve(costs, gs, Room(free, ev.budgets.pinned_bytes, ev.budgets.ram_bytes, free, False),
+                    Solver(integral=len(gs) <= 400, rel_gap=0.01))
         if res.feasible and not res.bound_s >= want:
             want = res.bound_s
     assert lower_bound(ev, options) == want
