@@ -23,7 +23,7 @@ from planner.choices import OPTIONS
 from planner.evaluator import Evaluator, assignment_of, is_planner_runtime, settings_of
 from planner.judge import Found, PlanOptions, PlanReport, judge
 from planner.options import Usage, option_costs, usage
-from planner.search import EXACT_LIMIT, Outcome, Search, exact, exact_size
+from planner.search import EXACT_LIMIT, Limits, Outcome, Search, exact, exact_size
 from planner.seeds import known_placements
 from sim.costs.memory import PlanError
 from sim.costs.transfer import machine_codec
@@ -120,8 +120,8 @@ def _searcher(req: Request, opts: PlanOptions) -> tuple[Search, Usage]:
     costs = option_costs(search_req, use, opts.codec, True)
     gs, ordered = coarse_groups(costs, use, req.model)
     opt_idx = [OPTIONS.index(o) for o in opts.allowed()]
-    limits = (opts.max_evals or MAX_EVALS, SAFETY_S if opts.time_budget_s is None else opts.time_budget_s)
-    return Search(ev, gs, opt_idx, opts.objective, *limits, ordered), use
+    limits = Limits(opts.max_evals or MAX_EVALS, SAFETY_S if opts.time_budget_s is None else opts.time_budget_s)
+    return Search(ev, gs, opt_idx, opts.objective, limits, ordered), use
 
 
 def _starts(req: Request, opts: PlanOptions, search: Search, use: Usage) -> tuple[dict, dict, dict, dict]:

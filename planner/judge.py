@@ -46,7 +46,8 @@ class PlanOptions:
         """The (tier, device) options the search may use: the allowed tiers and devices, a compressed tier only with
         a codec, never pinned RAM for the CPU (its cost is pageable RAM's)."""
         return [o for o in OPTIONS if (self.tiers is None or o[0] in self.tiers) and (self.allow_cpu or o[1] == "gpu")
-                and (self.codec is not None or not TIER_ROWS[o[0]].compressed) and o != ("ram_pinned", "cpu")]
+                and (self.codec is not None or not TIER_ROWS[o[0]].compressed)
+                and not (o[1] == "cpu" and TIER_ROWS[o[0]].pinned_home)]
 
     @property
     def any_placement(self) -> bool:

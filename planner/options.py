@@ -175,7 +175,7 @@ def option_costs(req: Request, use: Usage, codec: Codec | None, cached: bool, ph
 
 def add_kv_cache(model: ModelShape, w: Workload, vram: np.ndarray, ram: np.ndarray) -> None:
     """Each unit's KV cache, in place: in VRAM for the options that compute it on the GPU, in RAM for the CPU's
-    (sim.costs.memory.split_kv_bytes; the prompt's copy of a CPU layer's cache to the GPU is left to the evaluator)."""
+    (as sim.costs.memory.account counts it; the prompt's copy of a CPU layer's cache to the GPU is left to the evaluator)."""
     kv = np.array(unit_kv_bytes(model, w), dtype=float)
     on_gpu = np.array([dev == "gpu" for _, dev in OPTIONS])
     vram[:, on_gpu] += kv[:, None]

@@ -176,22 +176,6 @@ def offload_kv_copy_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
     return max((kv for u, kv in zip(model.units, unit_kv_bytes(model, w)) if t[u.name].compute == "cpu"), default=0)
 
 
-def split_kv_bytes(model: ModelShape, plan: Plan, w: Workload) -> tuple[int, int]:
-    """(GPU, RAM) bytes of the KV cache in offloadsim's engine: each layer's cache sits on the device that computes
-    it (validate/stream_run.py). While the engine multiplies a CPU-computed layer on the GPU for a big step, that
-    layer's cache has a copy on the GPU (one at a time: the largest counts) and half of it in a pinned host buffer
-    (offload_kv_copy_bytes)."""
-    t = plan.tiers()
-    gpu = cpu = 0
-    for u, kv in zip(model.units, unit_kv_bytes(model, w)):
-        if t[u.name].compute == "cpu":
-            cpu += kv
-        else:
-            gpu += kv
-    copy = offload_kv_copy_bytes(model, plan, w)
-    return gpu + copy, cpu + copy // 2
-
-
 def decoder_live_elements(u) -> int:
     """Elements per prompt token held on the device at a dense decoder's peak in offloadsim's engine
     (validate/model.py, decoder_layer, 16 bit): at the MLP's product, the step's hidden state, the block's residual
