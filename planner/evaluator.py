@@ -3,8 +3,9 @@
 An assignment is an int array (one OPTIONS index per unit) with loader settings (prefetch depth, VRAM slots, pinned
 slots, GPU offload threshold). The item order and the compute times do not depend on the plan (expert draws are
 seeded by the workload), so two `build_schedule` calls (every unit on the GPU, every unit on the CPU) give all of
-them; each plan then only picks columns. The memory accounting follows `sim.costs.memory.memory_use`, and the timing is
-`sim.run.fast.evaluate` itself; tests/test_planner_evaluator.py checks the result against `fast_simulate`.
+them; each plan then only picks columns. The memory accounting is `sim.costs.memory`'s own (`held_bytes`, `account`,
+`shortfall`, the rules `memory_use` applies), and the timing is `sim.run.fast.evaluate` itself;
+tests/test_planner_properties.py checks the result against `fast_simulate`, tests/test_tiers.py the memory.
 """
 from __future__ import annotations
 

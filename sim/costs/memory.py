@@ -76,10 +76,10 @@ class HeldBytes:
     pin_slot: tuple[int, int]
 
 
-RESIDENT, PINNED_HOME, STAGED = (tier_column(f) for f in ("resident", "pinned_home", "staged"))
-PAGEABLE_RAW = tier_column("home") == "pageable"
-PAGEABLE_PACKED = PAGEABLE_RAW & tier_column("compressed")
-PAGEABLE_RAW &= ~tier_column("compressed")
+# per tier (index of TIERS): the facts of its row the accounting reads
+RESIDENT, PINNED_HOME, STAGED, COMPRESSED = (tier_column(f) for f in ("resident", "pinned_home", "staged", "compressed"))
+PAGEABLE_RAW = (tier_column("home") == "pageable") & ~COMPRESSED
+PAGEABLE_PACKED = (tier_column("home") == "pageable") & COMPRESSED
 
 
 def tier_codes(plan: Plan) -> np.ndarray:
