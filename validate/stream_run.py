@@ -217,7 +217,7 @@ class StreamRun:
     def move_kv(self, src: tuple, dst: tuple, span: slice) -> None:
         """Positions `span` of a layer's K and V between the CPU cache and its GPU copy, each tensor through the
         engine's pinned buffer: a host copy and a pinned copy at the link's speed (a pageable copy into a fresh
-        tensor ran at 1.3 GB/s, call M, lab/journal/validation.md). Both copies are synchronous, so one buffer serves."""
+        tensor ran at 1.3 GB/s, lab/journal/validation.md). Both copies are synchronous, so one buffer serves."""
         for a, b in zip(src, dst):
             part = a[:, :, span]
             buf = self.e.kv_stage[:part.numel() * part.element_size()].view(part.dtype).view(part.shape)

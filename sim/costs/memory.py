@@ -181,7 +181,7 @@ def decoder_live_elements(u) -> int:
     (validate/model.py, decoder_layer, 16 bit): at the MLP's product, the step's hidden state, the block's residual
     and its norm (3 x hidden), the attention's locals still referenced (q, k, v, the output: q + 2 kv + q wide;
     with grouped KV heads, the keys and values repeated to q's heads: 2 q more) and the MLP's SiLU(gate), up and
-    their product (3 x intermediate). Measured on the H200 (call M, lab/journal/validation.md): Phi-3-mini's layer 46,080
+    their product (3 x intermediate). Measured on the H200 (lab/journal/validation.md): Phi-3-mini's layer 46,080
     elements a token, Qwen3-8B's 67,584, both within 1% of the allocator's peak."""
     h = u.hidden
     q = u.attn_flops_per_ctx_token // 4  # 4 x heads x head_dim (sim/model/from_hf.py, sim/model/families.py)

@@ -73,7 +73,7 @@ def kv_move_s(nbytes: float, machine: MachineSpec) -> float:
     copy between the cache and a pinned buffer and a pinned copy over the link. The link at its pinned speed both
     ways (55.3 GB/s device to host against 55.5 host to device on the H200 machine, shared/reference/h200-probe.json);
     the host copy, which torch spreads over its threads, at half the CPU's memory bandwidth (it reads and writes each
-    byte). Measured on the H200 (call N, lab/journal/validation.md): a prompt's 67 and 201 MB came back in 3.5-4.1 and
+    byte). Measured on the H200 (lab/journal/validation.md): a prompt's 67 and 201 MB came back in 3.5-4.1 and
     9.7-11.5 ms, 15-30% under this price."""
     if nbytes <= 0:
         return 0.0
