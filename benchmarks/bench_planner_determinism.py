@@ -26,7 +26,7 @@ from planner.evaluator import Evaluator  # noqa: E402
 from planner.choices import OPTIONS  # noqa: E402
 from planner.pareto import plan_budgets, plan_upgrade  # noqa: E402
 from sim.model.resolve import load_model  # noqa: E402
-from sim.plan import Budgets, Workload  # noqa: E402
+from sim.plan import Budgets, Request, Workload  # noqa: E402
 from tests.test_planner_properties import RAW, SETTINGS, TOY  # noqa: E402
 from tests.toys import toy_model  # noqa: E402
 
@@ -150,7 +150,7 @@ def brute_force(n: int) -> dict:
         model, w = toy_model(sizes), Workload(prompt_tokens=int(rng.integers(1, 4)), new_tokens=3)
         b = Budgets(vram_bytes=max(sizes) + int(rng.integers(0, 50)), ram_bytes=int(rng.integers(0, 100)),
                     pinned_bytes=int(rng.integers(0, 50)))
-        ev = Evaluator(model, TOY, w, b, None)
+        ev = Evaluator(Request(model, TOY, w, b), None)
         best = min([t[1] + 1e-9 * t[2] for combo in itertools.product(RAW, repeat=len(sizes)) for s in SETTINGS
                     if (t := ev.times(np.array(combo), (*s[:3], s[3] if s[3] != 1 else None)))] + [float("inf")])
         got = plan_with_report(model, TOY, w, b, tiers=tuple(t for t, _ in OPTIONS if not t.endswith("compressed")))

@@ -6,7 +6,7 @@ from typing import Callable
 
 from hwmodels.specs import MachineSpec
 from sim.costs.memory import activation_bytes, kv_cache_bytes
-from sim.plan import Budgets, Plan, Workload
+from sim.plan import Budgets, Plan, Request, Workload
 from sim.engines.placements import POLICIES
 from sim.engines.common import fit_slots, make_plan
 from sim.model.shapes import ModelShape
@@ -45,13 +45,13 @@ BASELINES: dict[str, Callable[..., Plan]] = {
 }
 
 
-def baseline_plans(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> dict[str, Plan | str]:
-    """Each baseline's plan, or the reason it cannot run (each checks its plan against the budgets: check_plan or
-    fit_slots)."""
+def baseline_plans(req: Request) -> dict[str, Plan | str]:
+    """Each baseline's plan for the request, or the reason it cannot run (each checks its plan against the budgets:
+    check_plan or fit_slots)."""
     out: dict[str, Plan | str] = {}
     for name, fn in BASELINES.items():
         try:
-            out[name] = fn(model, machine, w, budgets)
+            out[name] = fn(req.model, req.machine, req.workload, req.budgets)
         except PlanError as exc:
             out[name] = str(exc)
     return out

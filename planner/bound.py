@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from planner.evaluator import Evaluator
-from planner.milp import MilpResult, solve
+from planner.milp import MilpResult, Room, Solver, solve
 from planner.candidates import unit_groups
 from planner.choices import OPTIONS
 from planner.options import RESOURCES, OptionCosts, add_kv_cache, per_size
-from sim.costs.equations import copy_time_s
+from sim.costs.tiers import TIER_ROWS
+from sim.costs.transfer import copy_time_s
 from sim.costs.memory import activation_bytes
 
 MODES = ("none", "prefill", "all")
@@ -50,29 +51,30 @@ def bound_costs(ev: Evaluator, mode: str, ph: dict[str, np.ndarray]) -> OptionCo
     allowed = np.ones((n, k), dtype=bool)
     first_cold = 0.0 if w.warm else 1.0
     for j, (tier, dev) in enumerate(OPTIONS):
+        row = TIER_ROWS[tier]
+        copy = {"pageable": copy_page, "pinned": copy_pin, "staging": copy_any}.get(row.copy_from)
         reads = np.zeros(n)
         for phase in ("pre", "dec"):
             uses = ph[f"uses_{phase}"]
             offloaded = dev == "cpu" and (mode == "all" or (mode == "prefill" and phase == "pre"))
             on_gpu = dev == "gpu" or offloaded
             work["compute"][:, j] += ph[f"gpu_{phase}"] if on_gpu else ph[f"cpu_{phase}"]
-            if on_gpu and tier != "vram":
-                copy = copy_page if tier == "ram_pageable" else copy_pin if tier == "ram_pinned" else copy_any
+            if on_gpu and copy is not None:
                 work["copy"][:, j] += uses * copy
-            if tier.startswith("disk") and not offloaded:
+            if row.reads_storage and not offloaded:
                 reads += uses
-            if tier.endswith("compressed") and codec is not None:
+            if row.unpacks and codec is not None:
                 work["unpack"][:, j] += uses * nb / codec.unpack_bytes_per_s
-        stored = nb * (ratio if tier == "disk_compressed" else 1.0)
+        stored = nb * (ratio if row.compressed and row.reads_storage else 1.0)
         cold = np.minimum(reads, first_cold)
         work["read"][:, j] = cold * (st.request_latency_s + stored / st.cold_read_bytes_per_s) + \
             (reads - cold) * (st.request_latency_s + stored / max(st.cache_read_bytes_per_s, st.cold_read_bytes_per_s))
-        if tier.endswith("compressed") and codec is None:
+        if row.compressed and codec is None:
             allowed[:, j] = False
-        vram[:, j] = nb if tier == "vram" else 0
-        pinned[:, j] = nb if tier == "ram_pinned" else 0
-        ram[:, j] = nb if tier == "ram_pageable" else nb * ratio if tier == "ram_compressed" else 0
-        disk[:, j] = stored if tier.startswith("disk") else 0
+        vram[:, j] = nb if row.resident else 0
+        pinned[:, j] = nb if row.pinned_home else 0
+        ram[:, j] = row.stored(nb, ratio) if row.home == "pageable" else 0
+        disk[:, j] = stored if row.reads_storage else 0
     for r in RESOURCES:  # round down on a relative grid: identical units group, the bound stays a bound
         x = work[r]
         pos = x > 0
@@ -96,8 +98,8 @@ def lower_bound(ev: Evaluator, options: list[tuple[str, str]], time_limit_s: flo
         programs.append((costs, unit_groups(costs)))
 
     def bound(costs: OptionCosts, gs: list[np.ndarray], integral: bool) -> MilpResult:
-        return solve(costs, gs, free, b.pinned_bytes, b.ram_bytes, free, False, time_limit_s=time_limit_s,
-                     integral=integral, rel_gap=0.01)
+        return solve(costs, gs, Room(free, b.pinned_bytes, b.ram_bytes, free, False),
+                     Solver(time_limit_s, integral, rel_gap=0.01))
 
     relaxed = [bound(costs, gs, False) for costs, gs in programs]
     best = float("nan")

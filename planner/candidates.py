@@ -5,13 +5,15 @@ import dataclasses
 
 import numpy as np
 
-from planner.milp import solve
+from planner.milp import Room, Solver, solve
 from planner.choices import OPTIONS
 from planner.options import OptionCosts, groups, option_costs, row_classes
 from planner.search import spread
 from sim.costs.memory import activation_bytes
+from sim.costs.tiers import TIER_ROWS
+from sim.plan import Request
 
-STAGED = {("ram_compressed", "gpu"), ("disk_raw", "gpu"), ("disk_compressed", "gpu")}
+STAGED = {(t, "gpu") for t, row in TIER_ROWS.items() if row.staged}  # GPU options through a pinned slot
 MAX_GROUPS = 40
 
 
@@ -31,16 +33,17 @@ def unit_groups(costs: OptionCosts) -> list[np.ndarray]:
     return [np.flatnonzero(np.isin(row_rank, g)) for g in groups(sub)]
 
 
-def milp_candidates(model, machine, w, budgets, use, codec, options) -> list[np.ndarray]:
+def milp_candidates(req: Request, use, codec, options) -> list[np.ndarray]:
     """Assignments from the integer program over: page cache assumed to hold the disk units or not, staging sized for
     the 3 largest unit sizes, 2 or 3 VRAM slots, pinned staging reserved or host-staged tiers forbidden."""
-    act = activation_bytes(model, w)  # the KV cache is in the options' costs (planner.options.add_kv_cache)
+    model, budgets = req.model, req.budgets
+    act = activation_bytes(model, req.workload)  # the KV cache is in the options' costs (planner.options.add_kv_cache)
     sizes = sorted({u.nbytes for u in model.units}, reverse=True)[:3]
     out: list[np.ndarray] = []
     seen = set()
     allowed_idx = [OPTIONS.index(o) for o in options]
     for cached in (True, False):
-        costs = option_costs(model, machine, w, use, codec, cached)
+        costs = option_costs(req, use, codec, cached)
         mask = np.zeros(len(OPTIONS), dtype=bool)
         mask[allowed_idx] = True
         costs.allowed[:, ~mask] = False
@@ -56,8 +59,9 @@ def milp_candidates(model, machine, w, budgets, use, codec, options) -> list[np.
                         allowed[:, [OPTIONS.index(o) for o in STAGED]] = False
                         c = dataclasses.replace(costs, allowed=allowed)
                     reserve = 2 * slot if staged else 0
-                    res = solve(c, gs, budgets.vram_bytes - act - slots * slot, budgets.pinned_bytes - reserve,
-                                budgets.ram_bytes - reserve, slot, cached, time_limit_s=2.0, rel_gap=0.02)
+                    room = Room(budgets.vram_bytes - act - slots * slot, budgets.pinned_bytes - reserve,
+                                budgets.ram_bytes - reserve, slot, cached)
+                    res = solve(c, gs, room, Solver(time_limit_s=2.0, rel_gap=0.02))
                     if not res.feasible:
                         continue
                     assign = np.zeros(len(model.units), dtype=np.int64)

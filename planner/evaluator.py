@@ -3,8 +3,9 @@
 An assignment is an int array (one OPTIONS index per unit) with loader settings (prefetch depth, VRAM slots, pinned
 slots, GPU offload threshold). The item order and the compute times do not depend on the plan (expert draws are
 seeded by the workload), so two `build_schedule` calls (every unit on the GPU, every unit on the CPU) give all of
-them; each plan then only picks columns. The memory accounting follows `sim.costs.memory.memory_use`, and the timing is
-`sim.run.fast.evaluate` itself; tests/test_planner_evaluator.py checks the result against `fast_simulate`.
+them; each plan then only picks columns. The memory accounting is `sim.costs.memory`'s own (`held_bytes`, `account`,
+`shortfall`, the rules `memory_use` applies), and the timing is `sim.run.fast.evaluate` itself;
+tests/test_planner_properties.py checks the result against `fast_simulate`, tests/test_tiers.py the memory.
 """
 from __future__ import annotations
 
@@ -12,77 +13,74 @@ import dataclasses
 
 import numpy as np
 
-from hwmodels.specs import MachineSpec
 from planner.choices import OPTIONS
 from sim.costs.compute import has_pinned_cpu_grid
-from sim.costs.equations import STAGED_TIERS, Codec
+from sim.costs.memory import (HeldBytes, Loader, MemoryUse, account, activation_bytes, held_bytes, shortfall,
+                              unit_bytes)
+from sim.costs.tiers import TIER_ROWS, TIERS
+from sim.costs.transfer import Codec
 from sim.run.fast import evaluate
-from sim.costs.memory import MemoryUse, activation_bytes, kv_cache_bytes, unit_kv_bytes
 from sim.analysis.metrics import step_times, summary
-from sim.plan import Budgets, Placement, Plan, Workload
+from sim.plan import Budgets, Placement, Plan, Request, Workload
 from sim.run.items import COLUMNS, Schedule
 from sim.run.schedule import build_schedule, link_at_s, offload_kv_move_s
 from sim.model.shapes import ModelShape, UnitShape
 from sim.run.reads import warm_contents
 
 Settings = tuple[int, int, int, int | None]   # (prefetch depth, VRAM slots, pinned slots, gpu_offload_min_tokens)
-TIER = np.array([t for t, _ in OPTIONS])
+TIER_CODE = np.array([TIERS.index(t) for t, _ in OPTIONS])   # each option's row in TIERS
 ON_CPU = np.array([d == "cpu" for _, d in OPTIONS])
-IN_VRAM = TIER == "vram"
-STAGED = np.isin(TIER, STAGED_TIERS)
-COMPRESSED = np.char.endswith(TIER, "compressed")
-PINNED = TIER == "ram_pinned"
-RAM_PAGEABLE = TIER == "ram_pageable"
-RAM_COMPRESSED = TIER == "ram_compressed"
-# options whose units pass through a VRAM staging slot, without and with the prefill offload of CPU units
-SLOTTED = {False: ~IN_VRAM & ~ON_CPU, True: ~IN_VRAM | ON_CPU}
+IN_VRAM = np.array([TIER_ROWS[t].resident for t, _ in OPTIONS])
+COMPRESSED = np.array([TIER_ROWS[t].compressed for t, _ in OPTIONS])
+PINNED = np.array([TIER_ROWS[t].pinned_home for t, _ in OPTIONS])
 ROW_COLUMNS = [c for c in COLUMNS if c not in ("unit", "step", "compute_s", "gate", "link_at_s")]
 
 
 class Evaluator:
-    """Scores (assignment, settings) for one model, machine, workload, budgets and codec; counts its evaluations."""
+    """Scores (assignment, settings) for one request (model, machine, workload, budgets) and codec; counts its
+    evaluations."""
 
-    def __init__(self, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, codec: Codec | None,
-                 like: Evaluator | None = None):
+    def __init__(self, req: Request, codec: Codec | None, like: Evaluator | None = None):
         """`like`: an evaluator of the same model, machine and codec (another workload or budgets), whose parts that
         depend on neither (the all-GPU and all-CPU plans, the per-size rows) are reused."""
-        self.model, self.machine, self.w, self.budgets, self.codec = model, machine, w, budgets, codec
+        self.req, self.codec = req, codec
+        self.model, self.machine, self.w, self.budgets = req.model, req.machine, req.workload, req.budgets
         self.plans: dict[tuple[str, str], Plan] = like.plans if like else {}
         gpu, cpu = self._all_on("gpu"), self._all_on("cpu")
         self.sched_gpu = gpu
         self.unit, self.step = gpu.unit, gpu.step
         self.comp = np.stack([gpu.compute_s, cpu.compute_s])           # [on_cpu, item]
         # a CPU unit in pinned RAM is priced by the pinned CPU grid where the machine has one (as build_schedule)
-        self.comp_pinned = self._all_on("cpu", "ram_pinned").compute_s if has_pinned_cpu_grid(machine) else None
+        self.comp_pinned = self._all_on("cpu", "ram_pinned").compute_s if has_pinned_cpu_grid(req.machine) else None
         self.router_gate = gpu.gate                                     # every expert streamed: its router item
-        self.nb = np.array([u.nbytes for u in model.units], dtype=float)
-        self.nb_int = np.array([u.nbytes for u in model.units], dtype=np.int64)
-        self.is_expert = np.array([u.expert is not None for u in model.units])
-        self.is_embedding = np.array([u.kind == "embedding" for u in model.units])
-        # a head tied to the embedding holds no bytes of its own while both are resident (sim.costs.memory)
-        head = next((i for i, u in enumerate(model.units) if u.kind == "lm_head"), None)
-        self.tied = (int(np.flatnonzero(self.is_embedding)[0]), head, model.units[head].tied_nbytes) \
-            if model.tied_head else None
-        self.kv_bytes, self.act_bytes = kv_cache_bytes(model, w), activation_bytes(model, w)
-        self.unit_kv = np.array(unit_kv_bytes(model, w), dtype=np.int64)  # on the device that computes the unit
-        self.fixed_vram = self.kv_bytes + self.act_bytes  # the most: every layer computed on the GPU
-        self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
-        # a CPU-option unit multiplied on the GPU for a big step moves its cache (sim.run.schedule.offload_kv_move_s)
-        moves: dict[tuple[int, int], tuple[float, float]] = {}
-        for ui, st in zip(self.unit.tolist(), self.step.tolist()):
-            if (ui, st) not in moves:
-                moves[ui, st] = (offload_kv_move_s(model.units[ui], machine, w, st),
-                                 link_at_s(model.units[ui], machine, w, st))
-        self.kv_move, self.kv_link_at = np.array([moves[k] for k in zip(self.unit.tolist(), self.step.tolist())],
-                                                 dtype=float).reshape(-1, 2).T
+        units = req.model.units
+        self.bytes = unit_bytes(req.model, req.workload)   # the memory accounting's view of the units
+        self.nb, self.nb_int = self.bytes.nbytes.astype(float), self.bytes.nbytes
+        self.is_expert = np.array([u.expert is not None for u in units])
+        self.is_embedding = self.bytes.embedding
+        self.act_bytes = activation_bytes(req.model, req.workload)
+        self.fixed_vram = int(self.bytes.kv.sum()) + self.act_bytes  # the most: every layer computed on the GPU
+        self.tokens = np.array([self.w.batch * (self.w.prompt_tokens if s == 0 else 1) for s in range(self.w.new_tokens)])
+        self.kv_move, self.kv_link_at = self._kv_moves()
         # one flat table per column over (offload, option, unit): an item's value is one take
         self.flat = like.flat if like else self._flat()
         # the items' steps as runs of one step: a step's end is the latest end of its runs (sim.analysis.metrics.step_times)
         self.runs = np.flatnonzero(np.r_[True, self.step[1:] != self.step[:-1]])
         self.run_steps = Schedule(step=self.step[self.runs], n_steps=gpu.n_steps)
         self.evaluations = 0
-        self._last: tuple = (b"", {})
+        self._last: tuple = (b"", None)
         self._columns: tuple = (b"", {})
+
+    def _kv_moves(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per item: a CPU-option unit multiplied on the GPU for a big step moves its cache
+        (sim.run.schedule.offload_kv_move_s), and when its first transfer needs the link (link_at_s)."""
+        moves: dict[tuple[int, int], tuple[float, float]] = {}
+        units, m, w = self.model.units, self.machine, self.w
+        for ui, st in zip(self.unit.tolist(), self.step.tolist()):
+            if (ui, st) not in moves:
+                moves[ui, st] = (offload_kv_move_s(units[ui], m, w, st), link_at_s(units[ui], m, w, st))
+        return np.array([moves[k] for k in zip(self.unit.tolist(), self.step.tolist())],
+                        dtype=float).reshape(-1, 2).T
 
     def _all_on(self, device: str, tier: str = "ram_pageable") -> Schedule:
         """The schedule of the plan with every unit in `tier`, computed on `device`."""
@@ -111,66 +109,29 @@ class Evaluator:
             placements = tuple(Placement(unit=u.name, tier=tier, compute=dev) for u in units)
             plan = Plan(model="sizes", machine=self.machine.name, placements=placements, vram_slots=1, pinned_slots=1,
                         codec=self.codec, gpu_offload_min_tokens=1 if offload else None)
-            if tier.endswith("compressed") and self.codec is None:
+            if TIER_ROWS[tier].compressed and self.codec is None:
                 continue
             sch = build_schedule(stand_in, self.machine, plan, w, Budgets.unlimited())
             for c in ROW_COLUMNS:
                 out[c][j] = np.asarray(getattr(sch, c))[inverse]
         return out
 
-    def _parts(self, assign: np.ndarray) -> tuple:
-        """The settings-independent memory terms of an assignment (cached for the last one: settings vary most)."""
+    def held(self, assign: np.ndarray) -> HeldBytes:
+        """sim.costs.memory.held_bytes of an assignment (kept for the last one: the loader settings vary most)."""
         key = assign.tobytes()
         if self._last[0] != key:
-            present = np.bincount(assign, minlength=len(OPTIONS)) > 0
-            per_opt = np.bincount(assign, weights=self.nb, minlength=len(OPTIONS))   # exact below 2**53 bytes
-            top = np.zeros(len(OPTIONS), dtype=np.int64)   # per option, its largest unit (0: none)
-            np.maximum.at(top, assign, self.nb_int)
-            # offloaded (a big step): the CPU options' units pass through the slots, a CPU embedding excepted (its
-            # rows are looked up in place, sim.costs.memory.streamed_units)
-            top_off = np.where(ON_CPU, 0, top)
-            np.maximum.at(top_off, assign, np.where(self.is_embedding | ~ON_CPU[assign], 0, self.nb_int))
-            ram_w = int(round(per_opt[RAM_PAGEABLE].sum()))
-            if present[RAM_COMPRESSED].any():
-                ratio = self.codec.ratio if self.codec else 1.0
-                ram_w += int((self.nb[RAM_COMPRESSED[assign]] * ratio).sum())
-            cpu = ON_CPU[assign]
-            self._last = (key, {
-                "kv_gpu": int(self.unit_kv[~cpu].sum()), "kv_cpu": int(self.unit_kv[cpu].sum()),
-                "kv_copy": int(self.unit_kv[cpu].max(initial=0)),  # sim.costs.memory.split_kv_bytes
-                "compressed": bool((present & COMPRESSED).any()),
-                "slot": {off: int(t[opts].max()) for (off, opts), t in zip(SLOTTED.items(), (top, top_off))},
-                "pin_slot": {off: int(t[opts & STAGED].max())
-                             for (off, opts), t in zip(SLOTTED.items(), (top, top_off))},
-                "vram": int(round(per_opt[IN_VRAM].sum())) - self._shared_vram(assign),
-                "ram": ram_w, "pinned": int(round(per_opt[PINNED].sum()))})
+            ratio = self.codec.ratio if self.codec else 1.0
+            self._last = (key, held_bytes(self.bytes, TIER_CODE[assign], ON_CPU[assign], ratio))
         return self._last[1]
 
-    def _shared_vram(self, assign: np.ndarray) -> int:
-        """The tied matrix counted twice by the per-unit sum when the embedding and the head are both resident."""
-        if self.tied is None:
-            return 0
-        emb, head, nbytes = self.tied
-        return nbytes if IN_VRAM[assign[emb]] and IN_VRAM[assign[head]] else 0
-
     def memory(self, assign: np.ndarray, s: Settings) -> MemoryUse | None:
-        """sim.costs.memory.memory_use for this assignment, or None when it exceeds a budget."""
-        b, p = self.budgets, self._parts(assign)
-        if self.codec is None and p["compressed"]:
+        """sim.costs.memory.memory_use for this assignment, or None when it exceeds a budget (or places a unit in a
+        compressed tier without a codec)."""
+        if self.codec is None and COMPRESSED[assign].any():
             return None
-        off = bool(s[3] and self.tokens[0] >= s[3])
-        slot, pin_slot, ram_w, pinned_w = p["slot"][off], p["pin_slot"][off], p["ram"], p["pinned"]
-        kv_cpu = p["kv_cpu"] + (p["kv_copy"] // 2 if off else 0)  # the pinned buffer the copy passes through
-        m = MemoryUse(resident_vram_bytes=p["vram"], staging_vram_bytes=s[1] * slot,
-                      kv_bytes=p["kv_gpu"] + (p["kv_copy"] if off else 0),
-                      activation_bytes=self.act_bytes, pinned_weights_bytes=pinned_w,
-                      pinned_staging_bytes=s[2] * pin_slot, ram_weights_bytes=ram_w,
-                      page_cache_bytes=max(b.ram_bytes - ram_w - pinned_w - s[2] * pin_slot - kv_cpu, 0),
-                      slot_bytes=slot, host_kv_bytes=kv_cpu)
-        if m.vram_bytes > b.vram_bytes or m.pinned_bytes > b.pinned_bytes or \
-                ram_w + m.pinned_bytes + kv_cpu > b.ram_bytes:
-            return None
-        return m
+        loader = Loader(s[1], s[2], bool(s[3] and self.tokens[0] >= s[3]))
+        m = account(self.held(assign), loader, self.act_bytes, self.budgets.ram_bytes)
+        return m if shortfall(m, self.budgets) is None else None
 
     def columns(self, assign: np.ndarray, offload: int | None) -> dict[str, np.ndarray]:
         """The plan's per-item columns; they depend on the assignment and the offload threshold only, so they are
@@ -185,7 +146,7 @@ class Evaluator:
             n_opt, n_unit = len(OPTIONS), len(self.nb)
             idx = (off * n_opt + assign[self.unit]) * n_unit + self.unit
             got = {c: self.flat[c].take(idx) for c in ROW_COLUMNS}
-            streamed_expert = self.is_expert & ((TIER[assign] != "vram") | ON_CPU[assign])
+            streamed_expert = self.is_expert & (~IN_VRAM[assign] | ON_CPU[assign])
             got["gate"] = np.where(streamed_expert[self.unit], self.router_gate, -1)
             moved = ON_CPU[assign][self.unit] & ~got["on_cpu"]
             comp = np.where(got["on_cpu"], self.comp[1], self.comp[0] + np.where(moved, self.kv_move, 0.0))

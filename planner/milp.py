@@ -10,11 +10,13 @@ import contextlib
 import os
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from planner.choices import OPTIONS
+from sim.costs.tiers import TIER_ROWS
 from planner.options import RESOURCES, OptionCosts
 
 
@@ -25,13 +27,29 @@ class MilpResult:
     counts: list[np.ndarray]   # per group: units in each option
 
 
-def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned_free: float, ram_free: float,
-          slot_bytes: float, cache_all: bool, time_limit_s: float = 5.0, integral: bool = True,
-          rel_gap: float = 1e-4) -> MilpResult:
-    """vram_free etc. are what is left for weights after staging, KV cache and activations. Units larger than
-    `slot_bytes` cannot be streamed to the GPU. `cache_all`: disk units must fit in the page cache. `integral`
-    False solves the linear relaxation (a weaker bound, solved faster). `rel_gap`: HiGHS stops once the incumbent is
-    within this relative gap of the dual bound (deterministic, unlike the time limit; the bound stays a bound)."""
+class Room(NamedTuple):
+    """What the budgets leave the weights after staging, KV cache and activations (VRAM, pinned RAM, RAM); units
+    larger than `slot_bytes` cannot be streamed to the GPU; `cache_all`: disk units must fit in the page cache."""
+    vram: float
+    pinned: float
+    ram: float
+    slot_bytes: float
+    cache_all: bool
+
+
+class Solver(NamedTuple):
+    """`integral` False solves the linear relaxation (a weaker bound, solved faster). `rel_gap`: HiGHS stops once the
+    incumbent is within this relative gap of the dual bound (deterministic, unlike the time limit; the bound stays a
+    bound)."""
+    time_limit_s: float = 5.0
+    integral: bool = True
+    rel_gap: float = 1e-4
+
+
+def solve(costs: OptionCosts, groups: list[np.ndarray], room: Room, how: Solver = Solver()) -> MilpResult:
+    """The least makespan over assignments of the groups to options within `room`, by HiGHS (`how`)."""
+    vram_free, pinned_free, ram_free, slot_bytes, cache_all = room
+    time_limit_s, integral, rel_gap = how
     k = len(OPTIONS)
     G = len(groups)
     nv = G * k + 1  # counts, then T
@@ -62,7 +80,7 @@ def solve(costs: OptionCosts, groups: list[np.ndarray], vram_free: float, pinned
     ub = np.zeros(nv)
     for gi, u in enumerate(rep):
         for j, (tier, dev) in enumerate(OPTIONS):
-            streamed_gpu = dev == "gpu" and tier != "vram"
+            streamed_gpu = dev == "gpu" and not TIER_ROWS[tier].resident
             ok = costs.allowed[u, j] and not (streamed_gpu and costs.nbytes[u] > slot_bytes)
             ub[gi * k + j] = size[gi] if ok else 0
     ub[-1] = np.inf

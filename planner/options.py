@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwmodels.specs import MachineSpec
-from sim.costs.equations import Codec, copy_time_s, unpack_time_s
+from sim.costs.tiers import TIER_ROWS
+from sim.costs.transfer import Codec, copy_time_s, unpack_time_s
 from sim.costs.memory import unit_kv_bytes
-from sim.plan import Budgets, Workload
+from sim.plan import Budgets, Request, Workload
 from sim.model.shapes import ModelShape, UnitShape
 from sim.costs.compute import cpu_compute_s, gpu_compute_s, has_pinned_cpu_grid
 from sim.model.routing import ExpertRouter
@@ -31,12 +31,14 @@ class Usage:
     cpu_s: np.ndarray         # total CPU compute seconds
 
 
-def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "all", ev=None) -> Usage:
-    """From the simulator's own schedule (same expert draws), every unit computed on the GPU, then on the CPU.
+def usage(req: Request, phase: str = "all", ev=None) -> Usage:
+    """From the simulator's own schedule (same expert draws), every unit computed on the GPU, then on the CPU, for the
+    request's model, machine and workload (its budgets play no part).
     phase: 'all' (the whole request) or 'decode' (per decode step: steps 1.. divided by their number).
     `ev`: a planner.evaluator.Evaluator for this request, whose schedules are reused."""
+    model, w = req.model, req.workload
     if ev is None:
-        ev = Evaluator(model, machine, w, Budgets.unlimited(), None)
+        ev = Evaluator(req.replace(budgets=Budgets.unlimited()), None)
     n = len(model.units)
     keep = ev.step >= (1 if phase == "decode" and w.new_tokens > 1 else 0)
     scale = max(w.new_tokens - 1, 1) if phase == "decode" else 1
@@ -44,31 +46,43 @@ def usage(model: ModelShape, machine: MachineSpec, w: Workload, phase: str = "al
     # a CPU unit's time: the faster of its pageable and pinned grids (so the bound holds for either tier)
     cpu = ev.comp[1] if ev.comp_pinned is None else np.minimum(ev.comp[1], ev.comp_pinned)
     gpu_s, cpu_s = (np.bincount(ev.unit[keep], weights=c[keep], minlength=n) / scale for c in (ev.comp[0], cpu))
+    use = Usage(uses=uses, gpu_s=gpu_s, cpu_s=cpu_s)
     if model.is_moe:  # plan on expected expert use, not on the draws the evaluation will see
-        uses, gpu_s, cpu_s = _expected_expert_use(model, machine, w, phase, uses.copy(), gpu_s.copy(), cpu_s.copy())
-    return Usage(uses=uses, gpu_s=gpu_s, cpu_s=cpu_s)
+        use = _expected_expert_use(req, phase, Usage(uses.copy(), gpu_s.copy(), cpu_s.copy()))
+    return use
 
 
-def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
+class _ExpertTimes:
+    """Compute seconds of an expert on either device, memoised by shape and token count (the experts of a model
+    share a few)."""
+
+    def __init__(self, req: Request):
+        self.machine, self.family = req.machine, req.model.family
+        self.times: dict[tuple, float] = {}
+
+    def gpu(self, u: UnitShape, shape: tuple, tokens: int) -> float:
+        key = (shape, tokens, "gpu")
+        if key not in self.times:
+            self.times[key] = gpu_compute_s(u, self.machine, tokens, 1, 0, self.family)
+        return self.times[key]
+
+    def cpu(self, u: UnitShape, shape: tuple, tokens: int, m: str) -> float:
+        key = (shape, tokens, m)
+        if key not in self.times:
+            self.times[key] = cpu_compute_s(u, self.machine, tokens, 1, 0, self.family, m)
+        return self.times[key]
+
+
+def _expected_expert_use(req: Request, phase: str, use: Usage) -> Usage:
+    """`use` with each routed expert's uses and compute seconds replaced by their expectations under the router's
+    pick probabilities (in place: `use` holds copies)."""
+    model, w = req.model, req.workload
+    uses, gpu_s, cpu_s = use.uses, use.gpu_s, use.cpu_s
     router = ExpertRouter(model.n_routed_experts, model.experts_per_token, model.n_blocks, w.expert_skew)
     decode_steps = max(w.new_tokens - 1, 0)
-    mems = ("pageable", "pinned") if has_pinned_cpu_grid(machine) else ("pageable",)  # the faster, for the bound
-    f = model.family
+    mems = ("pageable", "pinned") if has_pinned_cpu_grid(req.machine) else ("pageable",)  # the faster, for the bound
     probability = functools.lru_cache(maxsize=None)(router.pick_probability)
-    times: dict[tuple, float] = {}   # the experts of a model share a few shapes and token counts
-
-    def gpu(u: UnitShape, shape: tuple, tokens: int) -> float:
-        key = (shape, tokens, "gpu")
-        if key not in times:
-            times[key] = gpu_compute_s(u, machine, tokens, 1, 0, f)
-        return times[key]
-
-    def cpu(u: UnitShape, shape: tuple, tokens: int, m: str) -> float:
-        key = (shape, tokens, m)
-        if key not in times:
-            times[key] = cpu_compute_s(u, machine, tokens, 1, 0, f, m)
-        return times[key]
-
+    t = _ExpertTimes(req)
     for i, u in enumerate(model.units):
         if u.expert is None:
             continue
@@ -82,9 +96,9 @@ def _expected_expert_use(model, machine, w, phase, uses, gpu_s, cpu_s):
         else:
             n_dec, n_pre = decode_steps * p_dec, p_pre
         uses[i] = n_dec + n_pre
-        gpu_s[i] = n_dec * gpu(u, shape, 1) + n_pre * gpu(u, shape, tok_pre)
-        cpu_s[i] = min(n_dec * cpu(u, shape, 1, m) + n_pre * cpu(u, shape, tok_pre, m) for m in mems)
-    return uses, gpu_s, cpu_s
+        gpu_s[i] = n_dec * t.gpu(u, shape, 1) + n_pre * t.gpu(u, shape, tok_pre)
+        cpu_s[i] = min(n_dec * t.cpu(u, shape, 1, m) + n_pre * t.cpu(u, shape, tok_pre, m) for m in mems)
+    return use
 
 
 # what a unit's compute time can depend on: every field but where the unit sits (sim.costs.compute reads none of those)
@@ -114,9 +128,10 @@ class OptionCosts:
     nbytes: np.ndarray
 
 
-def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usage, codec: Codec | None,
-                 cached: bool, phase: str = "all") -> OptionCosts:
-    """`cached`: disk reads after the first hit the page cache (the plan must then fit its disk units in it)."""
+def option_costs(req: Request, use: Usage, codec: Codec | None, cached: bool, phase: str = "all") -> OptionCosts:
+    """Each option's costs for every unit of the request's model on its machine and workload. `cached`: disk reads
+    after the first hit the page cache (the plan must then fit its disk units in it)."""
+    model, machine, w = req.model, req.machine, req.workload
     nb = np.array([u.nbytes for u in model.units], dtype=float)
     n, k = len(nb), len(OPTIONS)
     st = machine.storage
@@ -136,30 +151,31 @@ def option_costs(model: ModelShape, machine: MachineSpec, w: Workload, use: Usag
     copy_pin = uses * per_size(nb, copy_time_s, machine, pinned=True)
     copy_page = uses * per_size(nb, copy_time_s, machine, pinned=False)
     for j, (tier, dev) in enumerate(OPTIONS):
+        row = TIER_ROWS[tier]
         work["compute"][:, j] = use.gpu_s if dev == "gpu" else use.cpu_s
-        if dev == "gpu" and tier != "vram":
-            work["copy"][:, j] = copy_page if tier == "ram_pageable" else copy_pin
-        if tier.startswith("disk"):
-            stored = nb * (ratio if tier == "disk_compressed" else 1.0)
+        if dev == "gpu" and not row.resident:  # the planner's runtime stages through pinned slots
+            work["copy"][:, j] = copy_pin if row.copies_pinned(staging=True) else copy_page
+        if row.reads_storage:
+            stored = nb * (ratio if row.compressed else 1.0)
             work["read"][:, j] = read_s(stored)
             disk[:, j] = stored
-        if tier.endswith("compressed"):
+        if row.unpacks:
             if codec is None:
                 allowed[:, j] = False
                 continue
             work["unpack"][:, j] = uses * per_size(nb, unpack_time_s, codec)
-        vram[:, j] = nb if tier == "vram" else 0
-        pinned[:, j] = nb if tier == "ram_pinned" else 0
-        if dev == "cpu" and tier == "ram_pinned":
+        vram[:, j] = nb if row.resident else 0
+        pinned[:, j] = nb if row.pinned_home else 0
+        if dev == "cpu" and row.pinned_home:
             allowed[:, j] = False  # same cost as pageable for the CPU; kept for llama.cpp-style plans
-        ram[:, j] = nb if tier == "ram_pageable" else nb * ratio if tier == "ram_compressed" else 0
+        ram[:, j] = row.stored(nb, ratio) if row.home == "pageable" else 0
     add_kv_cache(model, w, vram, ram)
     return OptionCosts(work, vram, pinned, ram, disk, allowed, nb)
 
 
 def add_kv_cache(model: ModelShape, w: Workload, vram: np.ndarray, ram: np.ndarray) -> None:
     """Each unit's KV cache, in place: in VRAM for the options that compute it on the GPU, in RAM for the CPU's
-    (sim.costs.memory.split_kv_bytes; the prompt's copy of a CPU layer's cache to the GPU is left to the evaluator)."""
+    (as sim.costs.memory.account counts it; the prompt's copy of a CPU layer's cache to the GPU is left to the evaluator)."""
     kv = np.array(unit_kv_bytes(model, w), dtype=float)
     on_gpu = np.array([dev == "gpu" for _, dev in OPTIONS])
     vram[:, on_gpu] += kv[:, None]

@@ -8,9 +8,9 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB
-from planner.core import PlanReport, peer_plans, plan_with_report
+from planner.core import PlanOptions, PlanReport, peer_plans, plan_request, plan_with_report
 from sim.costs.memory import min_vram_bytes
-from sim.plan import OS_RESERVE_BYTES, Budgets, Workload
+from sim.plan import OS_RESERVE_BYTES, Budgets, Request, Workload
 from sim.run.simulate import fast_simulate
 from sim.model.shapes import ModelShape
 
@@ -27,13 +27,19 @@ def plan_budgets(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     of the budgets of the list that it contains: a plan for a smaller budget fits a larger one and is no slower
     there, and a seed is never beaten by a slower plan, so for budgets a <= b of the list the plan for b is never
     slower than the plan for a (monotone by construction; `pareto`'s curves, the determinism benchmark)."""
-    order = sorted(range(len(budgets)), key=lambda i: (budgets[i].vram_bytes + budgets[i].ram_bytes
-                                                       + budgets[i].pinned_bytes, i))
+    return plan_requests([Request(model, machine, w, b) for b in budgets], **kw)
+
+
+def plan_requests(reqs: list[Request], **kw) -> list[PlanReport]:
+    """plan_budgets for requests that differ in their budgets only."""
+    size = [r.budgets.vram_bytes + r.budgets.ram_bytes + r.budgets.pinned_bytes for r in reqs]
     out: dict[int, PlanReport] = {}
-    for i in order:  # a budget contained in budgets[i] has a smaller sum, or an equal one and is the same budget
-        seeds = {f"budget-{j}": r.plan for j, r in out.items() if r.plan.feasible and contains(budgets[i], budgets[j])}
-        out[i] = plan_with_report(model, machine, w, budgets[i], seeds=seeds or None, **kw)
-    return [out[i] for i in range(len(budgets))]
+    for i in sorted(range(len(reqs)), key=lambda i: (size[i], i)):
+        # a budget contained in reqs[i]'s has a smaller sum, or an equal one and is the same budget
+        seeds = {f"budget-{j}": r.plan for j, r in out.items()
+                 if r.plan.feasible and contains(reqs[i].budgets, reqs[j].budgets)}
+        out[i] = plan_request(reqs[i], PlanOptions(seeds=seeds, **kw))
+    return [out[i] for i in range(len(reqs))]
 
 
 def faster_link(big: MachineSpec, small: MachineSpec) -> bool:
@@ -60,16 +66,20 @@ def plan_upgrade(model: ModelShape, small: MachineSpec, big: MachineSpec, w: Wor
     return a, plan_with_report(model, big, w, budgets, seeds=seeds, **kw)
 
 
-def _rows(model, machine, w, budgets: list[Budgets], time_budget_s) -> list[dict]:
-    """One row per budget: the planner's time per token (the budgets planned by plan_budgets, so the planner's curve
-    never rises with more memory) and every baseline's."""
+def _rows(reqs: list[Request], time_budget_s) -> list[dict]:
+    """One row per request: the planner's time per token (planned by plan_requests, so the planner's curve never rises
+    with more memory) and every baseline's."""
     rows = []
-    for b, rep in zip(budgets, plan_budgets(model, machine, w, budgets, confirm=False, time_budget_s=time_budget_s)):
-        row = {"planner": fast_simulate(model, machine, rep.plan, w, b)["time_per_token_s"] if rep.plan.feasible else None}
-        for name, p in peer_plans(model, machine, w, b).items():
-            row[name] = None if isinstance(p, str) else fast_simulate(model, machine, p, w, b)["time_per_token_s"]
+    for req, rep in zip(reqs, plan_requests(reqs, confirm=False, time_budget_s=time_budget_s)):
+        row = {"planner": _tpot(req, rep.plan) if rep.plan.feasible else None}
+        for name, p in peer_plans(req).items():
+            row[name] = None if isinstance(p, str) else _tpot(req, p)
         rows.append(row)
     return rows
+
+
+def _tpot(req: Request, p) -> float:
+    return fast_simulate(req.model, req.machine, p, req.workload, req.budgets)["time_per_token_s"]
 
 
 def sweep(model: ModelShape, machine: MachineSpec, w: Workload, points: int = 7, ram: int | None = None,
@@ -78,12 +88,12 @@ def sweep(model: ModelShape, machine: MachineSpec, w: Workload, points: int = 7,
     lo = min_vram_bytes(model, w)
     hi = min(machine.gpu.vram_bytes, int(model.total_bytes * 1.05) + lo)
     vrams = np.linspace(lo, max(hi, lo + 1), points).astype(int).tolist()
-    rows = _rows(model, machine, w, [Budgets.of(machine, vram=v, ram=ram) for v in vrams], time_budget_s)
+    rows = _rows([Request(model, machine, w, Budgets.of(machine, vram=v, ram=ram)) for v in vrams], time_budget_s)
     by_vram = [dict(vram_bytes=v, **row) for v, row in zip(vrams, rows)]
     mid = vrams[len(vrams) // 2]
     cap = machine.host_memory.capacity_bytes
     rams = np.linspace(max(cap // 8, 2 * GiB), cap - OS_RESERVE_BYTES, points).astype(int).tolist()
-    rows = _rows(model, machine, w, [Budgets.of(machine, vram=mid, ram=r) for r in rams], time_budget_s)
+    rows = _rows([Request(model, machine, w, Budgets.of(machine, vram=mid, ram=r)) for r in rams], time_budget_s)
     by_ram = [dict(ram_bytes=r, **row) for r, row in zip(rams, rows)]
     # where streaming everything is slower than computing on the CPU with nothing on the GPU
     cpu_only = by_vram[0].get("llamacpp")

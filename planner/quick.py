@@ -4,21 +4,20 @@ No integer program and no local search: about a millisecond per candidate. `plan
 """
 from __future__ import annotations
 
-from hwmodels.specs import MachineSpec
 from planner.baselines import density_greedy
 from sim.run.fast import Unsupported
 from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes
-from sim.plan import Budgets, Plan, Workload
+from sim.plan import Plan, Request
 from sim.engines.llamacpp.layout import OFFLOAD_MIN_TOKENS
 from sim.engines.placements import POLICIES
 from sim.engines.common import fit_slots, make_plan
 from sim.run.simulate import fast_simulate
-from sim.model.shapes import ModelShape
 
 
-def hybrids(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> list[Plan]:
+def hybrids(req: Request) -> list[Plan]:
     """Resident layers while VRAM lasts (after 3 staging slots), the rest split between CPU compute and streaming
     from pinned RAM in proportions around the balance of CPU time and copy time; disk when RAM runs out."""
+    model, machine, w, budgets = req.model, req.machine, req.workload, req.budgets
     units = model.units
     body = [u.nbytes for u in units if u.kind not in ("embedding", "lm_head")]
     slot = max(body) if body else max(u.nbytes for u in units)
@@ -63,8 +62,9 @@ def hybrids(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budge
     return plans
 
 
-def quick_plan(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> tuple[Plan | None, dict]:
+def quick_plan(req: Request) -> tuple[Plan | None, dict]:
     """The best of the baselines and the hybrids by the fast evaluator: (plan, its summary) or (None, {})."""
+    model, machine, w, budgets = req.model, req.machine, req.workload, req.budgets
     cands: list[Plan] = []
     for name in ("accelerate", "llamacpp", "stream", "resident"):  # airllm: dominated by stream (no overlap)
         try:
@@ -75,7 +75,7 @@ def quick_plan(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Bu
         cands.append(density_greedy(model, machine, w, budgets))
     except PlanError:
         pass
-    cands += hybrids(model, machine, w, budgets)
+    cands += hybrids(req)
     best, best_s = None, {}
     for p in cands:
         try:

@@ -14,6 +14,7 @@ import itertools
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,15 +61,21 @@ class Outcome:
     stopped: str          # "converged", "exhaustive", "evaluation limit" or "time limit (safety net)"
 
 
+class Limits(NamedTuple):
+    """The search's safety nets: plans it may score, and wall-clock seconds (reported when either fires)."""
+    max_evals: int = 20_000
+    time_limit_s: float = 300.0
+
+
 class Search:
     """Scores assignments and improves them; `groups` are index arrays of units that move together (ordered by use,
     most used first), `options` the allowed OPTIONS indices."""
 
     def __init__(self, ev: Evaluator, groups: list[np.ndarray], options: list[int], objective: str = "token",
-                 max_evals: int = 20_000, time_limit_s: float = 300.0, ordered: list[bool] | None = None):
+                 limits: Limits = Limits(), ordered: list[bool] | None = None):
         self.ev, self.groups, self.options, self.objective = ev, groups, options, objective
         self.ordered = ordered or [False] * len(groups)
-        self.max_evals, self.deadline = max_evals, time.perf_counter() + time_limit_s
+        self.max_evals, self.deadline = limits.max_evals, time.perf_counter() + limits.time_limit_s
         self.stopped = ""
         self.seen: dict[tuple[bytes, Settings], float] = {}   # scores already computed (moves revisit plans)
         self.fits: dict[bytes, bool] = {}   # assignments that fit the budgets with the least staging

@@ -11,7 +11,7 @@ from hwmodels.presets import get_part
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, InputError, parse_bytes, parse_link
 from planner.quick import quick_plan
-from sim.plan import OS_RESERVE_BYTES, Budgets, Workload
+from sim.plan import OS_RESERVE_BYTES, Budgets, Request, Workload
 from sim.model.shapes import ModelShape
 
 KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu")
@@ -87,7 +87,7 @@ def _one(combo: dict) -> dict:
                 "reason": f"vram={combo['vram']} exceeds the {m.gpu.name}'s {m.gpu.vram_bytes / GiB:.2f} GiB; "
                           "vary gpu= to get more VRAM"}
     b = Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))
-    plan, s = quick_plan(model, m, w, b)
+    plan, s = quick_plan(Request(model, m, w, b))
     if plan is None:
         return {"combo": combo, "feasible": False}
     return {"combo": combo, "feasible": True, "policy": plan.policy, "ttft_s": s["ttft_s"],

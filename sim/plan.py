@@ -1,10 +1,12 @@
-"""The plan format (frozen, versioned JSON on disk), the workload and the memory budgets.
+"""The plan format (frozen, versioned JSON on disk), the workload, the memory budgets and the request (all four).
 
 A plan says, for every unit, where it is stored and where it is computed, and how the loader streams.
 Plans are made by policies and the planner; the simulator and the engine only consume them.
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -12,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, InputError
-from sim.costs.equations import Codec, Tier
+from sim.costs.tiers import Tier
+from sim.costs.transfer import Codec
+from sim.model.shapes import ModelShape
 from hwmodels.files import load_json, write_atomic
 
 PLAN_VERSION = 1
@@ -112,3 +116,20 @@ class Budgets(Spec):
         ram_b = ram if ram is not None else max(machine.host_memory.capacity_bytes - OS_RESERVE_BYTES, 0)
         return cls(vram_bytes=vram if vram is not None else machine.gpu.vram_bytes, ram_bytes=ram_b,
                    pinned_bytes=pinned if pinned is not None else ram_b // 2)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a plan is made for: a model, a machine, a workload and the memory budgets. Frozen; `replace` gives a
+    variant (another workload, budgets or machine)."""
+    model: ModelShape
+    machine: MachineSpec
+    workload: Workload
+    budgets: Budgets
+
+    @property
+    def w(self) -> Workload:
+        return self.workload
+
+    def replace(self, **changes) -> "Request":
+        return dataclasses.replace(self, **changes)

@@ -9,7 +9,7 @@ from sim.costs.compute import gpu_compute_s, grid_time_s, signature
 from sim.run.fast import evaluate
 from sim.costs.equations import copy_bytes_per_s
 from sim.costs.load import load_time_s
-from sim.plan import Workload
+from sim.plan import Budgets, Request, Workload
 from sim.run.schedule import build_schedule
 from sim.run.simulate import simulate
 from tests.toys import BIG, toy_model, toy_plan
@@ -271,7 +271,7 @@ def test_expected_expert_use_prices_experts_with_the_models_grids(toy_machine):
     flat = {"prefill_s": ((0.5, 0.5), (0.5, 0.5)), "decode_s": ((0.5, 0.5), (0.5, 0.5))}
     grids = tuple(grid_for(e, device=d, **flat) for e in shapes.values() for d in ("gpu", "cpu"))
     machine = toy_machine.model_copy(update={"compute_grids": grids})
-    u = usage(m, machine, Workload(batch=2, prompt_tokens=4, new_tokens=3))
+    u = usage(Request(m, machine, Workload(batch=2, prompt_tokens=4, new_tokens=3), Budgets.unlimited()))
     experts = np.array([x.expert is not None for x in m.units])
     assert u.uses[experts].sum() > 0
     assert u.gpu_s[experts] == pytest.approx(0.5 * u.uses[experts])

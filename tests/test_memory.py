@@ -6,7 +6,7 @@ import pytest
 from planner import plan
 from planner.evaluator import Evaluator, assignment_of, settings_of
 from sim.costs.memory import PlanError, check_plan, memory_use
-from sim.plan import Budgets, Placement, Plan, Workload
+from sim.plan import Budgets, Placement, Plan, Request, Workload
 from sim.model.shapes import ModelShape, UnitShape
 from tests.toys import FMT
 
@@ -104,7 +104,7 @@ def test_evaluator_memory_is_memory_use(toy_machine):
     b = Budgets(vram_bytes=10**6, ram_bytes=1000, pinned_bytes=1000)
     for off in (None, 6):
         p = MIXED.model_copy(update={"gpu_offload_min_tokens": off})
-        got = Evaluator(MODEL, toy_machine, W, b, None).memory(assignment_of(p), settings_of(p))
+        got = Evaluator(Request(MODEL, toy_machine, W, b), None).memory(assignment_of(p), settings_of(p))
         assert got == memory_use(MODEL, p, W, b)
 
 
@@ -222,7 +222,7 @@ def test_a_tied_head_resident_beside_its_embedding_is_one_matrix(toy_machine):
     m = memory_use(model, head_streamed, W, b)
     assert m.resident_vram_bytes == model.total_bytes - (head.nbytes - head.tied_nbytes) and m.slot_bytes == head.nbytes
     for p in (resident, head_streamed):
-        assert Evaluator(model, toy_machine, W, b, None).memory(assignment_of(p), settings_of(p)) == \
+        assert Evaluator(Request(model, toy_machine, W, b), None).memory(assignment_of(p), settings_of(p)) == \
             memory_use(model, p, W, b)
 
 

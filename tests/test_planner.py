@@ -15,7 +15,7 @@ from planner.choices import OPTIONS
 from planner.search import LOADER_SETTINGS
 from sim.costs.memory import PlanError, check_plan, memory_use
 from sim.model.resolve import load_model
-from sim.plan import Budgets, Plan, Workload
+from sim.plan import Budgets, Plan, Request, Workload
 from sim.run.simulate import fast_simulate
 from tests.conftest import TOY as SMALL_TOY
 from tests.toys import toy_model
@@ -25,7 +25,7 @@ TOY = SMALL_TOY.model_copy(update={"gpu": SMALL_TOY.gpu.model_copy(update={"vram
 
 
 def build(model, machine, assignment, settings, codec):
-    ev = Evaluator(model, machine, Workload(new_tokens=1), Budgets.unlimited(), codec)
+    ev = Evaluator(Request(model, machine, Workload(new_tokens=1), Budgets.unlimited()), codec)
     return ev.plan(np.array([OPTIONS.index(o) for o in assignment]), (*settings, None))
 
 
@@ -233,3 +233,20 @@ def test_accelerate_export_maps_fused_experts_and_gives_python_with_int_gpu_key(
     assert len(experts) == q.n_blocks and set(experts.values()) == {"cpu"}   # 5 of 8 experts per block on the CPU
     assert not any(k.split(".")[-1].isdigit() and ".experts." in k for k in acc["device_map"])
     assert "max_memory={0: '" in acc["python"]
+
+
+def test_a_request_is_one_frozen_value_the_planner_takes_whole():
+    """plan_with_report(model, machine, workload, budgets, **keywords) is plan_request on their Request and the
+    keywords' PlanOptions: the same plan, the same seeds scored; a Request cannot be changed, only replaced."""
+    import dataclasses
+
+    from planner.core import PlanOptions, plan_request
+    model, w = toy_model((4, 8, 2)), Workload(prompt_tokens=2, new_tokens=3)
+    b = Budgets(vram_bytes=30, ram_bytes=100, pinned_bytes=50)
+    req = Request(model, TOY, w, b)
+    a = plan_with_report(model, TOY, w, b, tiers=THREE, confirm=False)
+    c = plan_request(req, PlanOptions(tiers=THREE, confirm=False))
+    assert a.plan == c.plan and a.seeds == c.seeds and a.plan.feasible
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        req.budgets = Budgets.unlimited()
+    assert req.replace(budgets=Budgets.unlimited()).budgets == Budgets.unlimited() and req.budgets == b

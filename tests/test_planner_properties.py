@@ -17,7 +17,7 @@ from planner.milp import quiet_stdout
 from planner.choices import OPTIONS
 from planner.pareto import contains, plan_budgets
 from sim.model.resolve import load_model
-from sim.plan import Budgets, Workload
+from sim.plan import Budgets, Request, Workload
 from sim.run.simulate import fast_simulate
 from tests.conftest import TOY as SMALL_TOY
 from tests.toys import toy_model
@@ -39,7 +39,7 @@ def test_same_inputs_give_the_same_plan():
     ("mixtral-8x7b", "desktop-4090", Workload(new_tokens=3, expert_skew=1.0, warm=True))])
 def test_evaluator_equals_fast_simulate(name, machine, w):
     m, q = get_machine(machine), load_model(name)
-    ev = Evaluator(q, m, w, Budgets.unlimited(), None)
+    ev = Evaluator(Request(q, m, w, Budgets.unlimited()), None)
     rng = np.random.default_rng(3)
     for off in (None, 32, 1):
         a = rng.choice(RAW, size=len(q.units))
@@ -64,7 +64,7 @@ def test_evaluator_equals_fast_simulate_with_contention_and_pinned_cpu_grids():
     m = m.model_copy(update={"cpu": m.cpu.model_copy(update={"copy_contention": 2.0}),
                              "compute_grids": (grid("pageable", 1.0), grid("pinned", 0.7))})
     w = Workload(new_tokens=4)
-    ev = Evaluator(q, m, w, Budgets.unlimited(), None)
+    ev = Evaluator(Request(q, m, w, Budgets.unlimited()), None)
     rng = np.random.default_rng(5)
     pinned_cpu = [j for j, (t, d) in enumerate(OPTIONS) if t == "ram_pinned" and d == "cpu"]
     for off in (None, 32):
@@ -78,7 +78,7 @@ def test_evaluator_equals_fast_simulate_with_contention_and_pinned_cpu_grids():
 
 def brute_force_total(model, w, budgets) -> float:
     """The least simulated total over every raw option per unit and the loader settings (with offload thresholds)."""
-    ev = Evaluator(model, TOY, w, budgets, None)
+    ev = Evaluator(Request(model, TOY, w, budgets), None)
     best = float("inf")
     for combo in itertools.product(RAW, repeat=len(model.units)):
         for s in SETTINGS:
@@ -96,7 +96,7 @@ def test_lower_bound_never_above_brute_force_optimum(sizes, vram, ram, prompt, t
     w = Workload(batch=batch, prompt_tokens=prompt, new_tokens=tokens)
     b = Budgets(vram_bytes=max(sizes) + vram, ram_bytes=ram, pinned_bytes=ram // 2)
     optimum = brute_force_total(model, w, b)
-    ev = Evaluator(model, TOY, w, b, None)
+    ev = Evaluator(Request(model, TOY, w, b), None)
     bound = lower_bound(ev, [OPTIONS[j] for j in RAW])
     if optimum < float("inf"):
         assert bound <= optimum * (1 + 1e-9)
@@ -110,9 +110,9 @@ def test_lower_bound_is_the_least_dual_bound_of_every_offload_mode(name, machine
     the least over every mode's integer program all the same."""
     from planner.bound import MODES, _phase_sums, bound_costs
     from planner.candidates import unit_groups
-    from planner.milp import solve
+    from planner.milp import Room, Solver, solve
     m, q = get_machine(machine), load_model(name)
-    ev = Evaluator(q, m, w, Budgets.of(m, vram=int(vram_gib * 2**30)), None)
+    ev = Evaluator(Request(q, m, w, Budgets.of(m, vram=int(vram_gib * 2**30))), None)
     options = [o for o in OPTIONS if o != ("ram_pinned", "cpu")]
     free = ev.budgets.vram_bytes - ev.act_bytes  # the KV cache is in the options' costs, per compute device
     want = float("nan")
@@ -120,8 +120,8 @@ def test_lower_bound_is_the_least_dual_bound_of_every_offload_mode(name, machine
         costs = bound_costs(ev, mode, _phase_sums(ev))
         costs.allowed[:, [j for j, o in enumerate(OPTIONS) if o not in options]] = False
         gs = unit_groups(costs)
-        res = solve(costs, gs, free, ev.budgets.pinned_bytes, ev.budgets.ram_bytes, free, False,
-                    integral=len(gs) <= 400, rel_gap=0.01)
+        res = solve(costs, gs, Room(free, ev.budgets.pinned_bytes, ev.budgets.ram_bytes, free, False),
+                    Solver(integral=len(gs) <= 400, rel_gap=0.01))
         if res.feasible and not res.bound_s >= want:
             want = res.bound_s
     assert lower_bound(ev, options) == want
@@ -133,10 +133,10 @@ def test_evaluator_times_are_its_schedules_step_times_and_a_twin_evaluator_score
     from sim.analysis.metrics import step_times
     m, q = get_machine("desktop-4090"), load_model("mixtral-8x7b")
     w = Workload(new_tokens=4)
-    ev = Evaluator(q, m, w, Budgets.unlimited(), None)
+    ev = Evaluator(Request(q, m, w, Budgets.unlimited()), None)
     other = w.model_copy(update={"seed": 5})
-    twin = Evaluator(q, m, other, Budgets.unlimited(), None, like=ev)
-    fresh = Evaluator(q, m, other, Budgets.unlimited(), None)
+    twin = Evaluator(Request(q, m, other, Budgets.unlimited()), None, like=ev)
+    fresh = Evaluator(Request(q, m, other, Budgets.unlimited()), None)
     rng = np.random.default_rng(2)
     for off in (None, 32):
         a, s = rng.choice(RAW, size=len(q.units)), (1, 3, 2, off)

@@ -11,7 +11,7 @@ from planner.choices import OPTIONS
 from planner.options import groups, option_costs, usage
 from planner.search import IMPROVES, Search, spread
 from sim.model.resolve import load_model
-from sim.plan import Budgets, Workload
+from sim.plan import Budgets, Request, Workload
 from tests.test_planner_properties import RAW, TOY
 from tests.toys import toy_model
 
@@ -30,17 +30,17 @@ def test_unit_groups_equal_the_options_groups():
     m = get_machine("t4-cloud")
     for name in ("mixtral-8x7b", "qwen3-14b"):
         q = load_model(name)
-        ev = Evaluator(q, m, Workload(new_tokens=3), Budgets.of(m), None)
-        use = usage(q, m, ev.w, ev=ev)
+        ev = Evaluator(Request(q, m, Workload(new_tokens=3), Budgets.of(m)), None)
+        use = usage(ev.req, ev=ev)
         for cached in (True, False):
-            costs = option_costs(q, m, ev.w, use, None, cached)
+            costs = option_costs(ev.req, use, None, cached)
             want, got = groups(costs), unit_groups(costs)
             assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(want, got))
 
 
 def toy_search(sizes, budgets, **kw) -> Search:
     model = toy_model(sizes)
-    ev = Evaluator(model, TOY, Workload(prompt_tokens=2, new_tokens=3), budgets, None)
+    ev = Evaluator(Request(model, TOY, Workload(prompt_tokens=2, new_tokens=3), budgets), None)
     return Search(ev, [np.array([i]) for i in range(len(sizes))], RAW, **kw)
 
 
@@ -101,14 +101,14 @@ def test_integer_programs_ruled_out_by_memory_are_those_highs_finds_infeasible(m
     w = Workload(new_tokens=3)
     options = [o for o in OPTIONS if o != ("ram_pinned", "cpu")]
     for b in (Budgets.of(m, vram=4 * 2**30), Budgets.of(m, vram=2 * 2**30, ram=20 * 2**30)):
-        ev = Evaluator(q, m, w, b, None)
-        use = usage(q, m, w, ev=ev)
+        ev = Evaluator(Request(q, m, w, b), None)
+        use = usage(ev.req, ev=ev)
         skipped, calls = [], []
         real = milp_mod._no_fit
         monkeypatch.setattr(milp_mod, "_no_fit", lambda *a: skipped.append(real(*a)) or False)
         monkeypatch.setattr(milp_mod, "milp", lambda *a, **k: calls.append(scipy_milp(*a, **k)) or calls[-1])
-        want = milp_candidates(q, m, w, b, use, None, options)
+        want = milp_candidates(ev.req, use, None, options)
         monkeypatch.undo()
-        got = milp_candidates(q, m, w, b, use, None, options)
+        got = milp_candidates(ev.req, use, None, options)
         assert len(got) == len(want) and all(np.array_equal(x, y) for x, y in zip(got, want))
         assert any(skipped) and all(r.x is None for r, s in zip(calls, skipped) if s)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from hwmodels.specs import MachineSpec
-from sim.costs.equations import STAGED_TIERS
+from sim.costs.tiers import TIER_ROWS
 from sim.costs.memory import offload_kv_copy_bytes, streamed_units
 from sim.plan import Plan, Workload
 from sim.model.shapes import ModelShape
@@ -88,26 +88,27 @@ class Engine:
         self.host_views: dict[str, dict] = {}
         self.packed: dict[str, np.ndarray] = {}
         for u in self.shape.units:
-            p, meta = self.tiers[u.name], self.meta[u.name]
-            if p.tier == "vram":
+            row, meta = TIER_ROWS[self.tiers[u.name].tier], self.meta[u.name]
+            if row.resident:
                 buf = self._host_buffer(meta["nbytes"], False)
                 self._fill(u.name, buf)
                 self.resident[u.name] = views(buf.to(self.device), meta["layout"])
-            elif p.tier in ("ram_pinned", "ram_pageable"):
-                buf = self._host_buffer(meta["nbytes"], p.tier == "ram_pinned")
+            elif row.in_ram and not row.compressed:
+                buf = self._host_buffer(meta["nbytes"], row.pinned_home)
                 self._fill(u.name, buf)
                 self.host[u.name] = buf
                 self.host_views[u.name] = views(buf, meta["layout"])
-            elif p.tier == "ram_compressed":
+            elif row.in_ram:
                 self.packed[u.name] = read_bytes(self.store / self.files[u.name]["zst"], self.zmeta[u.name])
-        sch_units = [u.name for u in self.shape.units if self.tiers[u.name].tier != "vram"]
+        sch_units = [u.name for u in self.shape.units if not TIER_ROWS[self.tiers[u.name].tier].resident]
         self.vram_slots: list[torch.Tensor] = []
         self.kv_stage = self._host_buffer(0, False)
         self._size_slots(None)
-        staged = [n for n in sch_units if self.tiers[n].tier in STAGED_TIERS]
+        staged = [n for n in sch_units if TIER_ROWS[self.tiers[n].tier].staged]
         pslot = max((self.meta[n]["nbytes"] for n in staged), default=0)
         self.pinned_slots = [self._host_buffer(pslot, True) for _ in range(max(self.plan.pinned_slots, 1))] if pslot else []
-        zslot = max((self.zmeta[n]["stored"] for n in sch_units if self.tiers[n].tier == "disk_compressed"), default=0)
+        zslot = max((self.zmeta[n]["stored"] for n in sch_units if TIER_ROWS[self.tiers[n].tier].packed_reads),
+                    default=0)
         self.read_slots = []  # compressed reads land in reused, already touched buffers (no page faults per read)
         for _ in range(max(self.plan.pinned_slots, 1) if zslot else 0):
             buf = np.empty(zslot, dtype=np.uint8)

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from sim.costs.tiers import TIER_ROWS
 from sim.run.pipeline import rules
 from sim.plan import Budgets, Workload
 from sim.run.items import CPU_READ, GPU_LOAD
@@ -102,12 +103,12 @@ class StreamRun:
                 continue
             self.gate(k)
             name = self.names[self.units[i]]
-            tier = e.tiers[name].tier
+            row = TIER_ROWS[e.tiers[name].tier]
             if self.pin[i]:
                 self.staging[i] = self.pinned_pool.get()
             if self.read_b[i] > 0:
                 t0 = clock.now()
-                if tier == "disk_compressed":
+                if row.packed_reads:
                     zbuf = self.read_pool.get()
                     read_into(e.store / e.files[name]["zst"], e.zmeta[name], torch.from_numpy(zbuf))
                     self.staging[i] = (self.staging[i], zbuf[: e.zmeta[name]["stored"]], zbuf)
@@ -216,7 +217,7 @@ class StreamRun:
     def move_kv(self, src: tuple, dst: tuple, span: slice) -> None:
         """Positions `span` of a layer's K and V between the CPU cache and its GPU copy, each tensor through the
         engine's pinned buffer: a host copy and a pinned copy at the link's speed (a pageable copy into a fresh
-        tensor ran at 1.3 GB/s, call M, lab/journal/validation.md). Both copies are synchronous, so one buffer serves."""
+        tensor ran at 1.3 GB/s, lab/journal/validation.md). Both copies are synchronous, so one buffer serves."""
         for a, b in zip(src, dst):
             part = a[:, :, span]
             buf = self.e.kv_stage[:part.numel() * part.element_size()].view(part.dtype).view(part.shape)
@@ -296,7 +297,7 @@ class StreamRun:
                 p = e.tiers[u.name]
                 if p.compute != "gpu":
                     continue
-                sources = [("vram", e.resident[u.name])] if p.tier == "vram" else \
+                sources = [("vram", e.resident[u.name])] if TIER_ROWS[p.tier].resident else \
                     [(j, views(b, e.meta[u.name]["layout"])) for j, b in enumerate(e.vram_slots)]
                 for src, weights in sources:
                     def fn(kind=u.kind, name=u.name, weights=weights, st=st):

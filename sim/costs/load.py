@@ -2,12 +2,15 @@
 
 Every unit a plan keeps in VRAM or RAM is read once from storage (cold, or from the page cache when warm) into
 fresh memory, whose pages are faulted in at the host's first-touch speed; pinned tiers and the pinned staging buffers
-are page-locked at the host's pinning speed instead; VRAM units are copied to the device from pageable memory. Streamed tiers (disk) cost nothing here: they are read during the run.
+are page-locked at the host's pinning speed instead; VRAM units are copied to the device from pageable memory.
+Streamed tiers (disk) cost nothing here: they are read during the run. What each tier does is its row
+(sim/costs/tiers.py).
 """
 from __future__ import annotations
 
 from hwmodels.specs import MachineSpec
-from sim.costs.equations import STAGED_TIERS, copy_time_s, pin_time_s, read_time_s
+from sim.costs.tiers import TIER_ROWS
+from sim.costs.transfer import copy_time_s, pin_time_s, read_time_s
 from sim.plan import Plan
 from sim.model.shapes import ModelShape
 
@@ -20,17 +23,17 @@ def load_time_s(model: ModelShape, machine: MachineSpec, plan: Plan, warm: bool)
     touch = machine.host_memory.first_touch_bytes_per_s
     zstaged = 0.0
     for u, p in zip(model.units, plan.placements):
-        if p.tier in ("vram", "ram_pinned", "ram_pageable"):  # pinned pages are touched when page-locked
-            read += read_time_s(u.nbytes, machine, warm) + (u.nbytes / touch if p.tier != "ram_pinned" else 0.0)
-        elif p.tier == "ram_compressed":
-            read += read_time_s(u.nbytes * ratio, machine, warm) + u.nbytes * ratio / touch
-        elif p.tier == "disk_compressed":
+        row = TIER_ROWS[p.tier]
+        if not row.reads_storage:  # kept in VRAM or RAM: read once now; pinned pages are touched when page-locked
+            stored = row.stored(u.nbytes, ratio)
+            read += read_time_s(stored, machine, warm) + (stored / touch if not row.pinned_home else 0.0)
+        elif row.packed_reads:
             zstaged = max(zstaged, u.nbytes * ratio)
-        if p.tier == "ram_pinned":
+        if row.pinned_home:
             pin += pin_time_s(u.nbytes, machine)
-        if p.tier == "vram":
+        if row.resident:
             copy += copy_time_s(u.nbytes, machine, pinned=False)
-        if p.tier in STAGED_TIERS:  # the engine keeps pinned staging buffers as large as the largest such unit
+        if row.staged:  # the engine keeps pinned staging buffers as large as the largest such unit
             staged = max(staged, u.nbytes)
     pin += pin_time_s(staged * max(plan.pinned_slots, 1), machine) if staged else 0.0
     read += zstaged * max(plan.pinned_slots, 1) / touch  # the engine's reused buffers for compressed reads

@@ -1,10 +1,14 @@
 """Memory accounting of a plan: VRAM, pinned RAM and RAM (the rest is page cache). Refuses impossible plans."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from hwmodels.units import GiB, InputError
-from sim.costs.equations import STAGED_TIERS
+from sim.costs.tiers import TIER_ROWS, TIERS, tier_column
 from sim.engines.llamacpp.ggml_memory import ggml_compute_bytes, ggml_kv_bytes, ggml_largest_copy
 from sim.plan import Budgets, Plan, Workload
 from sim.model.shapes import ModelShape
@@ -38,6 +42,116 @@ class MemoryUse:
         return self.pinned_weights_bytes + self.pinned_staging_bytes
 
 
+@dataclass(frozen=True)
+class UnitBytes:
+    """A model's units for a workload, as arrays in model order: weight bytes, KV-cache bytes over the request (0
+    without a workload), which are embeddings, and the bytes each shares with another unit (a tied head's)."""
+    nbytes: np.ndarray
+    kv: np.ndarray
+    embedding: np.ndarray
+    tied: np.ndarray
+
+
+def unit_bytes(model: ModelShape, w: Workload | None) -> UnitBytes:
+    units = model.units
+    kv = unit_kv_bytes(model, w) if w is not None else [0] * len(units)
+    return UnitBytes(nbytes=np.array([u.nbytes for u in units], dtype=np.int64), kv=np.array(kv, dtype=np.int64),
+                     embedding=np.array([u.kind == "embedding" for u in units], dtype=bool),
+                     tied=np.array([u.tied_nbytes for u in units], dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class HeldBytes:
+    """What a placement holds, before the loader's settings: weights resident in VRAM, in pageable RAM (compressed
+    at their stored size) and in pinned RAM; the KV cache on the GPU and in RAM and the largest CPU layer's; the
+    largest unit through a VRAM slot and through a pinned staging slot, without and with the prompt's offload of
+    CPU-held units to the GPU (indexed by that flag)."""
+    resident_vram: int
+    ram_weights: int
+    pinned_weights: int
+    kv_gpu: int
+    kv_cpu: int
+    kv_copy: int
+    slot: tuple[int, int]
+    pin_slot: tuple[int, int]
+
+
+# per tier (index of TIERS): the facts of its row the accounting reads
+RESIDENT, PINNED_HOME, STAGED, COMPRESSED = (tier_column(f) for f in ("resident", "pinned_home", "staged", "compressed"))
+PAGEABLE_RAW = (tier_column("home") == "pageable") & ~COMPRESSED
+PAGEABLE_PACKED = (tier_column("home") == "pageable") & COMPRESSED
+
+
+def tier_codes(plan: Plan) -> np.ndarray:
+    """Each placement's tier as its index in TIERS (the rows of the tier columns)."""
+    index = {t: i for i, t in enumerate(TIERS)}
+    return np.array([index[p.tier] for p in plan.placements], dtype=np.int64)
+
+
+def _shared(ub: UnitBytes, held: np.ndarray) -> int:
+    """Bytes a tied head shares with an embedding where both are among `held` (counted once: sim.model.shapes)."""
+    return int(ub.tied[held].sum()) if (held & ub.embedding).any() else 0
+
+
+def _largest(nbytes: np.ndarray, mask: np.ndarray) -> int:
+    return int(nbytes[mask].max(initial=0))
+
+
+def held_bytes(ub: UnitBytes, codes: np.ndarray, on_cpu: np.ndarray, ratio: float) -> HeldBytes:
+    """The placement (tier codes, CPU mask) of `ub`'s units, with compressed tiers kept at `ratio` of their bytes.
+    A unit streams through a VRAM slot when computed on the GPU and not resident; with the prompt's offload, every
+    CPU-held unit but an embedding (its rows are looked up in place) does too. Staged tiers take a pinned slot."""
+    nb = ub.nbytes
+    resident, pinned, raw, packed = (col[codes] for col in (RESIDENT, PINNED_HOME, PAGEABLE_RAW, PAGEABLE_PACKED))
+    packed_bytes = np.cumsum(nb[packed] * ratio)  # summed in model order, one unit after another
+    ram = int(nb[raw].sum()) + int(packed_bytes[-1] if len(packed_bytes) else 0) - _shared(ub, raw)
+    streamed = (~resident & ~on_cpu, (~resident & ~on_cpu) | (on_cpu & ~ub.embedding))
+    staged = STAGED[codes]
+    return HeldBytes(resident_vram=int(nb[resident].sum()) - _shared(ub, resident), ram_weights=ram,
+                     pinned_weights=int(nb[pinned].sum()) - _shared(ub, pinned),
+                     kv_gpu=int(ub.kv[~on_cpu].sum()), kv_cpu=int(ub.kv[on_cpu].sum()),
+                     kv_copy=_largest(ub.kv, on_cpu),
+                     slot=tuple(_largest(nb, s) for s in streamed),
+                     pin_slot=tuple(_largest(nb, s & staged) for s in streamed))
+
+
+class Loader(NamedTuple):
+    """The loader settings memory depends on: VRAM and pinned staging slots, whether the prompt's step multiplies
+    CPU-held units on the GPU, whether host copies are staged through pinned slots."""
+    vram_slots: int
+    pinned_slots: int
+    offload: bool
+    pinned_staging: bool = True
+
+
+def account(held: HeldBytes, loader: Loader, activation: int, ram_budget: int) -> MemoryUse:
+    """The memory use of a placement under `loader`'s settings; the RAM the budget leaves is page cache. With the
+    prompt's offload the largest CPU layer's cache has a copy on the GPU and half of it in a pinned host buffer; the
+    loaders keep at least one pinned buffer when they stage (sim/run/fast.py, sim/run/timeline.py, validate/engine.py)."""
+    off = int(loader.offload)
+    kv = held.kv_gpu + (held.kv_copy if off else 0)
+    host_kv = held.kv_cpu + (held.kv_copy // 2 if off else 0)
+    slot = held.slot[off]
+    pin_slot = held.pin_slot[off] if loader.pinned_staging else 0
+    pinned_staging = max(loader.pinned_slots, 1) * pin_slot
+    cache = ram_budget - held.ram_weights - held.pinned_weights - pinned_staging - host_kv
+    return MemoryUse(resident_vram_bytes=held.resident_vram, staging_vram_bytes=loader.vram_slots * slot,
+                     kv_bytes=kv, activation_bytes=activation, pinned_weights_bytes=held.pinned_weights,
+                     pinned_staging_bytes=pinned_staging, ram_weights_bytes=held.ram_weights,
+                     page_cache_bytes=max(cache, 0), slot_bytes=slot, host_kv_bytes=host_kv)
+
+
+def shortfall(m: MemoryUse, budgets: Budgets) -> str | None:
+    """The first budget the use exceeds ('vram', 'pinned', 'ram'), or None when it fits."""
+    if m.vram_bytes > budgets.vram_bytes:
+        return "vram"
+    if m.pinned_bytes > budgets.pinned_bytes:
+        return "pinned"
+    if m.ram_weights_bytes + m.pinned_bytes + m.host_kv_bytes > budgets.ram_bytes:
+        return "ram"
+    return None
+
+
 def kv_cache_bytes(model: ModelShape, w: Workload) -> int:
     """The whole KV cache of a request (every layer's)."""
     return model.kv_bytes_per_token * w.batch * (w.prompt_tokens + w.new_tokens)
@@ -62,28 +176,12 @@ def offload_kv_copy_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
     return max((kv for u, kv in zip(model.units, unit_kv_bytes(model, w)) if t[u.name].compute == "cpu"), default=0)
 
 
-def split_kv_bytes(model: ModelShape, plan: Plan, w: Workload) -> tuple[int, int]:
-    """(GPU, RAM) bytes of the KV cache in offloadsim's engine: each layer's cache sits on the device that computes
-    it (validate/stream_run.py). While the engine multiplies a CPU-computed layer on the GPU for a big step, that
-    layer's cache has a copy on the GPU (one at a time: the largest counts) and half of it in a pinned host buffer
-    (offload_kv_copy_bytes)."""
-    t = plan.tiers()
-    gpu = cpu = 0
-    for u, kv in zip(model.units, unit_kv_bytes(model, w)):
-        if t[u.name].compute == "cpu":
-            cpu += kv
-        else:
-            gpu += kv
-    copy = offload_kv_copy_bytes(model, plan, w)
-    return gpu + copy, cpu + copy // 2
-
-
 def decoder_live_elements(u) -> int:
     """Elements per prompt token held on the device at a dense decoder's peak in offloadsim's engine
     (validate/model.py, decoder_layer, 16 bit): at the MLP's product, the step's hidden state, the block's residual
     and its norm (3 x hidden), the attention's locals still referenced (q, k, v, the output: q + 2 kv + q wide;
     with grouped KV heads, the keys and values repeated to q's heads: 2 q more) and the MLP's SiLU(gate), up and
-    their product (3 x intermediate). Measured on the H200 (call M, lab/journal/validation.md): Phi-3-mini's layer 46,080
+    their product (3 x intermediate). Measured on the H200 (lab/journal/validation.md): Phi-3-mini's layer 46,080
     elements a token, Qwen3-8B's 67,584, both within 1% of the allocator's peak."""
     h = u.hidden
     q = u.attn_flops_per_ctx_token // 4  # 4 x heads x head_dim (sim/model/from_hf.py, sim/model/families.py)
@@ -102,7 +200,7 @@ def activation_bytes(model: ModelShape, w: Workload) -> int:
 def streamed_units(model: ModelShape, plan: Plan, w: Workload | None = None) -> list[str]:
     """Units that pass through VRAM staging slots (GPU-computed and not resident)."""
     t = plan.tiers()
-    out = [u.name for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
+    out = [u.name for u in model.units if not TIER_ROWS[t[u.name].tier].resident and t[u.name].compute == "gpu"]
     if w and _prompt_offloads(plan, w):
         # the engine's offload of CPU-held weights (llama.cpp's); it looks an embedding's rows up in place instead
         out += [u.name for u in model.units if t[u.name].compute == "cpu" and u.kind != "embedding"]
@@ -119,38 +217,23 @@ def shared_bytes(model: ModelShape, plan: Plan, tier: str) -> int:
 
 def resident_weight_bytes(model: ModelShape, plan: Plan) -> int:
     """Bytes of the weights resident on the GPU; a head tied to a resident embedding is that one matrix."""
-    t = plan.tiers()
-    return sum(u.nbytes for u in model.units if t[u.name].tier == "vram") - shared_bytes(model, plan, "vram")
+    ub = unit_bytes(model, None)
+    return held_bytes(ub, tier_codes(plan), np.zeros(len(ub.nbytes), bool), 1.0).resident_vram
 
 
 def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> MemoryUse:
-    """What the plan keeps where. A plan llama.cpp runs uses the GPU as llama.cpp does (sim/engines/llamacpp/ggml_memory.py): its
-    staging is the compute buffer, with the activations in it, and its KV cache only that of its GPU layers."""
-    t = plan.tiers()
-    sizes = {u.name: u.nbytes for u in model.units}
-    streamed = streamed_units(model, plan, w)
-    slot = max((sizes[n] for n in streamed), default=0)
-    if plan.engine == "llamacpp":
-        staging, kv, act = ggml_compute_bytes(model, plan, w), ggml_kv_bytes(model, plan, w), 0
-        slot = ggml_largest_copy(model, plan, w)
-        host_kv = ggml_kv_bytes(model, plan, w, "cpu")
-    else:
-        staging = plan.vram_slots * slot if streamed else 0
-        (kv, host_kv), act = split_kv_bytes(model, plan, w), activation_bytes(model, w)
-    staged_host = [n for n in streamed if t[n].tier in STAGED_TIERS]
-    pin_slot = max((sizes[n] for n in staged_host), default=0) if plan.pinned_staging else 0
-    ratio = plan.codec.ratio if plan.codec else 1.0
-    ram_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pageable") + \
-        int(sum(sizes[n] * ratio for n, p in t.items() if p.tier == "ram_compressed")) - \
-        shared_bytes(model, plan, "ram_pageable")
-    pinned_w = sum(sizes[n] for n, p in t.items() if p.tier == "ram_pinned") - shared_bytes(model, plan, "ram_pinned")
-    # the loaders keep at least one pinned buffer when they stage (sim/run/fast.py, sim/run/timeline.py, validate/engine.py)
-    pinned_staging = max(plan.pinned_slots, 1) * pin_slot
-    cache = budgets.ram_bytes - ram_w - pinned_w - pinned_staging - host_kv
-    return MemoryUse(resident_vram_bytes=resident_weight_bytes(model, plan),
-                     staging_vram_bytes=staging, kv_bytes=kv, activation_bytes=act, pinned_weights_bytes=pinned_w,
-                     pinned_staging_bytes=pinned_staging, ram_weights_bytes=ram_w, page_cache_bytes=max(cache, 0),
-                     slot_bytes=slot, host_kv_bytes=host_kv)
+    """What the plan keeps where (held_bytes, account). A plan llama.cpp runs uses the GPU as llama.cpp does
+    (sim/engines/llamacpp/ggml_memory.py): its staging is the compute buffer, with the activations in it, and its KV
+    cache only that of its GPU layers."""
+    on_cpu = np.array([p.compute == "cpu" for p in plan.placements], dtype=bool)
+    held = held_bytes(unit_bytes(model, w), tier_codes(plan), on_cpu, plan.codec.ratio if plan.codec else 1.0)
+    loader = Loader(plan.vram_slots, plan.pinned_slots, _prompt_offloads(plan, w), plan.pinned_staging)
+    if plan.engine != "llamacpp":
+        return account(held, loader, activation_bytes(model, w), budgets.ram_bytes)
+    host_kv = ggml_kv_bytes(model, plan, w, "cpu")
+    m = account(dataclasses.replace(held, kv_gpu=0, kv_cpu=host_kv, kv_copy=0), loader, 0, budgets.ram_bytes)
+    return dataclasses.replace(m, staging_vram_bytes=ggml_compute_bytes(model, plan, w),
+                               kv_bytes=ggml_kv_bytes(model, plan, w), slot_bytes=ggml_largest_copy(model, plan, w))
 
 
 def _gib(n: float) -> str:
@@ -167,34 +250,41 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
         raise PlanError(f"plan: placements do not match model {model.name!r} (missing {missing}, unknown {extra}); "
                         "make the plan for this model.")
     for p in plan.placements:
-        if p.compute == "cpu" and p.tier in ("vram", "ram_compressed", "disk_compressed"):
+        row = TIER_ROWS[p.tier]
+        if p.compute == "cpu" and not row.cpu_computable:
+            *some, last = (t for t, r in TIER_ROWS.items() if r.cpu_computable)
             raise PlanError(f"plan: unit {p.unit!r} is stored in {p.tier} but computed on the cpu, which reads raw "
-                            "weights; store it in ram_pinned, ram_pageable or disk_raw.")
-        if p.tier.endswith("compressed") and plan.codec is None:
+                            f"weights; store it in {', '.join(some)} or {last}.")
+        if row.compressed and plan.codec is None:
             raise PlanError(f"plan: unit {p.unit!r} uses tier {p.tier!r} but the plan has no codec; add a codec.")
     m = memory_use(model, plan, w, budgets)
-    if m.vram_bytes > budgets.vram_bytes and plan.engine == "llamacpp":
-        raise PlanError(f"vram: llama.cpp needs {_gib(m.vram_bytes)} of GPU memory for this placement but the budget "
-                        f"is {_gib(budgets.vram_bytes)}: weights {_gib(m.resident_vram_bytes)} + KV cache of its GPU "
-                        f"layers {_gib(m.kv_bytes)} + compute buffer {_gib(m.staging_vram_bytes)}; " +
-                        ("raise --vram or keep fewer layers on the GPU." if m.resident_vram_bytes else
-                         f"raise --vram: for steps of {plan.gpu_offload_min_tokens} tokens or more its compute "
-                         "buffer holds a copy of the largest CPU-held weight beside the logits."))
-    if m.vram_bytes > budgets.vram_bytes:
-        raise PlanError(f"vram: the plan needs {_gib(m.vram_bytes)} but the budget is {_gib(budgets.vram_bytes)}: "
-                        f"resident weights {_gib(m.resident_vram_bytes)} + {plan.vram_slots} staging slots "
-                        f"{_gib(m.staging_vram_bytes)} + KV cache {_gib(m.kv_bytes)} + activations "
-                        f"{_gib(m.activation_bytes)}; raise --vram or keep fewer weights resident.")
-    if m.pinned_bytes > budgets.pinned_bytes:
-        raise PlanError(f"pinned: the plan pins {_gib(m.pinned_bytes)} but the budget is {_gib(budgets.pinned_bytes)}; "
-                        "move weights to ram_pageable or disk, or raise the pinned budget.")
-    used = m.ram_weights_bytes + m.pinned_bytes + m.host_kv_bytes
-    if used > budgets.ram_bytes:
-        raise PlanError(f"ram: the plan keeps {_gib(used)} in RAM (weights {_gib(m.ram_weights_bytes + m.pinned_bytes)}"
-                        f" + KV cache of its CPU layers {_gib(m.host_kv_bytes)}) but the budget is "
-                        f"{_gib(budgets.ram_bytes)}; move weights to disk, compute fewer layers on the CPU or raise "
-                        "--ram.")
+    short = shortfall(m, budgets)
+    if short is not None:
+        raise PlanError(_shortfall_message(short, m, plan, budgets))
     return m
+
+
+def _shortfall_message(short: str, m: MemoryUse, plan: Plan, budgets: Budgets) -> str:
+    """One sentence: the budget `short` (shortfall), what the plan needs of it and the fix."""
+    if short == "vram" and plan.engine == "llamacpp":
+        return (f"vram: llama.cpp needs {_gib(m.vram_bytes)} of GPU memory for this placement but the budget "
+                f"is {_gib(budgets.vram_bytes)}: weights {_gib(m.resident_vram_bytes)} + KV cache of its GPU "
+                f"layers {_gib(m.kv_bytes)} + compute buffer {_gib(m.staging_vram_bytes)}; " +
+                ("raise --vram or keep fewer layers on the GPU." if m.resident_vram_bytes else
+                 f"raise --vram: for steps of {plan.gpu_offload_min_tokens} tokens or more its compute "
+                 "buffer holds a copy of the largest CPU-held weight beside the logits."))
+    if short == "vram":
+        return (f"vram: the plan needs {_gib(m.vram_bytes)} but the budget is {_gib(budgets.vram_bytes)}: "
+                f"resident weights {_gib(m.resident_vram_bytes)} + {plan.vram_slots} staging slots "
+                f"{_gib(m.staging_vram_bytes)} + KV cache {_gib(m.kv_bytes)} + activations "
+                f"{_gib(m.activation_bytes)}; raise --vram or keep fewer weights resident.")
+    if short == "pinned":
+        return (f"pinned: the plan pins {_gib(m.pinned_bytes)} but the budget is {_gib(budgets.pinned_bytes)}; "
+                "move weights to ram_pageable or disk, or raise the pinned budget.")
+    used = m.ram_weights_bytes + m.pinned_bytes + m.host_kv_bytes
+    return (f"ram: the plan keeps {_gib(used)} in RAM (weights {_gib(m.ram_weights_bytes + m.pinned_bytes)}"
+            f" + KV cache of its CPU layers {_gib(m.host_kv_bytes)}) but the budget is "
+            f"{_gib(budgets.ram_bytes)}; move weights to disk, compute fewer layers on the CPU or raise --ram.")
 
 
 def min_vram_bytes(model: ModelShape, w: Workload) -> int:
