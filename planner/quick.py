@@ -9,7 +9,7 @@ from planner.baselines import density_greedy
 from sim.run.fast import Unsupported
 from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Plan, Workload
-from sim.engines.llamacpp.layout import OFFLOAD_MIN_TOKENS
+from sim.engines.common import OFFLOAD_MIN_TOKENS
 from sim.engines.placements import POLICIES
 from sim.engines.common import fit_slots, make_plan
 from sim.run.simulate import fast_simulate

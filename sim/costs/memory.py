@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from hwmodels.units import GiB, InputError
 from sim.costs.equations import STAGED_TIERS
-from sim.engines.llamacpp.ggml_memory import ggml_compute_bytes, ggml_kv_bytes, ggml_largest_copy
+from sim.engines import engine_of
 from sim.plan import Budgets, Plan, Workload
 from sim.model.shapes import ModelShape
 
@@ -124,16 +124,15 @@ def resident_weight_bytes(model: ModelShape, plan: Plan) -> int:
 
 
 def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> MemoryUse:
-    """What the plan keeps where. A plan llama.cpp runs uses the GPU as llama.cpp does (sim/engines/llamacpp/ggml_memory.py): its
-    staging is the compute buffer, with the activations in it, and its KV cache only that of its GPU layers."""
+    """What the plan keeps where. A plan whose engine uses the GPU its own way (Engine.gpu_memory: llama.cpp's
+    compute buffer and the KV cache of its GPU layers) is counted that way."""
     t = plan.tiers()
     sizes = {u.name: u.nbytes for u in model.units}
     streamed = streamed_units(model, plan, w)
     slot = max((sizes[n] for n in streamed), default=0)
-    if plan.engine == "llamacpp":
-        staging, kv, act = ggml_compute_bytes(model, plan, w), ggml_kv_bytes(model, plan, w), 0
-        slot = ggml_largest_copy(model, plan, w)
-        host_kv = ggml_kv_bytes(model, plan, w, "cpu")
+    own = engine_of(plan.engine).gpu_memory(model, plan, w)  # an engine that uses the GPU its own way
+    if own is not None:
+        staging, kv, act, slot, host_kv = own
     else:
         staging = plan.vram_slots * slot if streamed else 0
         (kv, host_kv), act = split_kv_bytes(model, plan, w), activation_bytes(model, w)
@@ -173,13 +172,8 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
         if p.tier.endswith("compressed") and plan.codec is None:
             raise PlanError(f"plan: unit {p.unit!r} uses tier {p.tier!r} but the plan has no codec; add a codec.")
     m = memory_use(model, plan, w, budgets)
-    if m.vram_bytes > budgets.vram_bytes and plan.engine == "llamacpp":
-        raise PlanError(f"vram: llama.cpp needs {_gib(m.vram_bytes)} of GPU memory for this placement but the budget "
-                        f"is {_gib(budgets.vram_bytes)}: weights {_gib(m.resident_vram_bytes)} + KV cache of its GPU "
-                        f"layers {_gib(m.kv_bytes)} + compute buffer {_gib(m.staging_vram_bytes)}; " +
-                        ("raise --vram or keep fewer layers on the GPU." if m.resident_vram_bytes else
-                         f"raise --vram: for steps of {plan.gpu_offload_min_tokens} tokens or more its compute "
-                         "buffer holds a copy of the largest CPU-held weight beside the logits."))
+    if m.vram_bytes > budgets.vram_bytes:
+        engine_of(plan.engine).refuse_vram(m, plan, budgets)  # in the engine's own words where it has them
     if m.vram_bytes > budgets.vram_bytes:
         raise PlanError(f"vram: the plan needs {_gib(m.vram_bytes)} but the budget is {_gib(budgets.vram_bytes)}: "
                         f"resident weights {_gib(m.resident_vram_bytes)} + {plan.vram_slots} staging slots "
