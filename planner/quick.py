@@ -10,7 +10,7 @@ from sim.run.fast import Unsupported
 from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Plan, Workload
 from sim.engines.common import OFFLOAD_MIN_TOKENS
-from sim.engines.placements import POLICIES
+from sim.engines.placements import POLICIES, peer_policies
 from sim.engines.common import fit_slots, make_plan
 from sim.run.simulate import fast_simulate
 from sim.model.shapes import ModelShape
@@ -66,7 +66,7 @@ def hybrids(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budge
 def quick_plan(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> tuple[Plan | None, dict]:
     """The best of the baselines and the hybrids by the fast evaluator: (plan, its summary) or (None, {})."""
     cands: list[Plan] = []
-    for name in ("accelerate", "llamacpp", "stream", "resident"):  # airllm: dominated by stream (no overlap)
+    for name in (*peer_policies(dominated=False), "stream", "resident"):
         try:
             cands.append(POLICIES[name](model, machine, w, budgets))
         except PlanError:

@@ -91,7 +91,7 @@ def test_every_tier_is_bit_exact(ckpt, store):
 def test_full_loop_cli(ckpt, tmp_path, capsys):
     prof = tmp_path / "profile.json"
     assert main(["calibrate", "--quick", "--base", "rtx3080-laptop", "--model", str(ckpt / "config.json"),
-                 "--dir", str(tmp_path), "--out", str(prof)]) == 0
+                 "--dir", str(tmp_path), "--out", str(prof), "--peer", "airllm", "--peer", "accelerate"]) == 0
     data = json.loads(prof.read_text())
     assert data["calibration"]["method"] and data["calibration"]["date"] and data["machine"]["storage"]["cold_read_bytes_per_s"] > 0
     # AirLLM's cleanup after each module, timed in a fresh process holding transformers and the model on meta: a
@@ -189,7 +189,7 @@ def test_hook_cost_without_accelerate_says_so(monkeypatch):
     """Without accelerate installed, calibrate records why Accelerate's hook cost was not measured (the profile keeps
     the preset's value) instead of failing."""
     import importlib.util
-    from validate import hook_cost
+    from sim.engines.accelerate import hook_cost
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "accelerate" else real(n, *a))
     assert hook_cost.hook_module_s() == {"error": "accelerate not installed: Accelerate's hook cost not measured"}

@@ -22,10 +22,11 @@ import statistics
 from pathlib import Path
 
 from hwmodels.specs import MachineSpec
-from planner.export import tiers_from_device_map
+from sim.engines.accelerate.export import tiers_from_device_map
 from sim.plan import Budgets, Workload
-from sim.engines.placements import POLICIES, accelerate_map, accelerate_tiers
-from sim.run.schedule import airllm_loader_wait_s, build_schedule
+from sim.engines.placements import POLICIES
+from sim.engines.accelerate.placement import accelerate_map, accelerate_tiers
+from sim.engines.airllm.loader import airllm_loader_wait_s, build_schedule
 from sim.model.shapes import ModelShape
 from validate.peer_calibration import PeerRun, fit, predict, with_peer
 
@@ -235,7 +236,7 @@ def main() -> None:
         if cal:
             src = (f"measured: fitted on {len(cal)} {engine} runs ({', '.join(r.label for _, _, r in cal)}) on the "
                    f"H200 test machine ({', '.join(group)}; lab/campaigns/h200_peers.py, peers_report.py)")
-            spec = fit(engine, cal, src)
+            spec = fit(engine, cal)
             print(engine, "fitted" + (f" ({group[0]})" if a.per_call else "") + ":",
                   {k: v for k, v in spec.model_dump().items() if isinstance(v, float) and v})
         specs.update({(engine, f): spec for f in group})

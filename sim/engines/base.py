@@ -126,6 +126,8 @@ class Engine:
     name: ClassVar[str]
     label: ClassVar[str]  # how a sentence names it
     rank: ClassVar[int] = 50  # where it is listed among the engines
+    policy_rank: ClassVar[int] = 50  # where its policies are listed among the policies
+    dominated_by_streaming: ClassVar[bool] = False  # its placement never beats streaming everything with overlap
     costs_model: ClassVar[type[Costs] | None] = None
     unmeasured_source: ClassVar[str] = ""  # where its default costs come from (read from its source, not measured)
     pricing_class: ClassVar[type[Pricing]] = Pricing
@@ -163,6 +165,18 @@ class Engine:
     def measure_hint(self) -> str:
         """How to measure its costs on a machine, appended to the note that they are not measured."""
         return ""
+
+    calibration_method: ClassVar[str] = ""  # what calibrate --peer NAME times, in words
+
+    def calibrates(self) -> bool:
+        """Whether `calibrate --peer NAME` times its costs."""
+        return type(self).calibrate is not Engine.calibrate
+
+    def calibrate(self, folder, config: dict, quick: bool) -> tuple[dict, dict]:
+        """Time the engine's own costs on this host (`calibrate --peer NAME`): (measurements by name, cost values
+        by field). Code that needs torch imports it inside the function that times."""
+        raise InputError(f"peer: {self.label}'s costs are not timed by calibrate; measure them on runs of the engine "
+                         "(calibrate-peer for llama.cpp).")
 
     def export(self, model: ModelShape, plan: Plan, w: Workload, machine: MachineSpec, budgets: Budgets) -> dict:
         raise InputError(f"export: {self.label} takes no placement; drop --export.")

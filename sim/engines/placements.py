@@ -22,19 +22,30 @@ def _idealised(name: str, own: Policy, core: str) -> Policy:
     return ideal
 
 
+def _by_policy_rank() -> list:
+    return sorted(engines().values(), key=lambda e: (e.policy_rank, e.name))
+
+
 def _policies() -> dict[str, Policy]:
-    found = engines()
-    core = next(e.name for e in found.values() if e.plans_itself)
+    found = _by_policy_rank()
+    core = next(e.name for e in found if e.plans_itself)
     out: dict[str, Policy] = {}
-    for e in found.values():
+    for e in found:
         out.update(e.policies())
-    for e in found.values():
+    for e in found:
         if e.idealised():
             out.update({f"{n}-ideal": _idealised(n, p, core) for n, p in e.policies().items()})
     return out
 
 
 POLICIES: dict[str, Policy] = _policies()
+
+
+def peer_policies(dominated: bool = True) -> dict[str, Policy]:
+    """The placements of the engines the planner does not plan for (the baselines), with those that streaming
+    everything always beats where `dominated`."""
+    return {n: POLICIES[n] for e in _by_policy_rank() if not e.plans_itself
+            and (dominated or not e.dominated_by_streaming) for n in e.policies()}
 
 
 def get_policy(name: str) -> Policy:

@@ -21,6 +21,7 @@ class LlamacppEngine(Engine):
     name = "llamacpp"
     label = "llama.cpp"
     rank = 2
+    policy_rank = 3
     costs_model = LlamacppCosts
     unmeasured_source = (
         'llama.cpp: -ngl placement (src/llama-model.cpp), CPU compute of the other layers on the mapped file,'

@@ -10,6 +10,7 @@ class OffloadsimEngine(Engine):
     name = "offloadsim"
     label = "offloadsim's engine"
     rank = 0
+    policy_rank = 4
     pricing_class = OffloadsimPricing
     plans_itself = True
 
