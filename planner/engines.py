@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from hwmodels.specs import MachineSpec
 from sim.costs.memory import PlanError
 from sim.engines import costs_of, engine_of, engines
-from sim.engines.ranking import RANK_TOKENS, ranking as _ranking, score as _score  # noqa: F401 (the planner's names)
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
 from sim.run.simulate import fast_simulate

@@ -12,6 +12,7 @@ Run: python lab/reports/peers_report.py lab/data/peers/peers-a.json [--json OUT]
      python lab/reports/peers_report.py lab/data/peers/peers-{n,o,p}.json --per-call  (each call's costs fitted on its
      own calibration runs, the held-out runs of all of them summarised together)
 """
+from sim.engines import costs_of
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,8 @@ from sim.engines.accelerate.export import tiers_from_device_map
 from sim.plan import Budgets, Workload
 from sim.engines.placements import POLICIES
 from sim.engines.accelerate.placement import accelerate_map, accelerate_tiers
-from sim.engines.airllm.loader import airllm_loader_wait_s, build_schedule
+from sim.engines.airllm.loader import airllm_loader_wait_s
+from sim.run.schedule import build_schedule
 from sim.model.shapes import ModelShape
 from validate.peer_calibration import PeerRun, fit, predict, with_peer
 
@@ -104,7 +106,7 @@ def profile_machine(e: dict, peers: dict | None = None) -> MachineSpec:
         if engine == "airllm" and not cleanup_measured(e):
             continue
         got = prof.get("peers", {}).get(engine, {})
-        base = (peers or {}).get(engine, machine.peers[engine])
+        base = (peers or {}).get(engine, costs_of(machine, engine))
         machine = with_peer(machine, engine, base.model_copy(
             update={k: got[k] if k in got else getattr(preset[engine], k) for k in fields}))
     return machine
@@ -122,7 +124,7 @@ def exported_runs(files: list[str], preset: str):
     (what calibrate measures of them taken from the profile)."""
     from hwmodels.presets import load_machine
     from sim.plan import Plan
-    costs = {"accelerate": load_machine(preset).peers["accelerate"]}
+    costs = {"accelerate": costs_of(load_machine(preset), "accelerate")}
     for f in files:
         for e in json.loads(Path(f).read_text())["archs"]:
             if "error" in e:
@@ -183,7 +185,7 @@ def airllm_phases(files: list[str]) -> None:
                 if not ph:
                     continue
                 per = {k: v["total_s"] / v["calls"] for k, v in ph.items() if v["calls"]}
-                own = with_peer(machine, "airllm", machine.peers["airllm"].model_copy(
+                own = with_peer(machine, "airllm", costs_of(machine, "airllm").model_copy(
                     update={"load_unit_s": per["clean_memory"]}))
                 err = 100 * (predict(shape, own, run)["time_per_token_s"] / run.measured_tpot_s - 1)
                 layer = max(u.nbytes for u in shape.units if u.kind == "decoder")
@@ -246,7 +248,7 @@ def main() -> None:
             measured = MEASURED[engine] if engine == "accelerate" or cleanup_measured(e) else ()
             spec = specs[engine, e["file"]]
             m = machine if spec is None else with_peer(machine, engine, spec.model_copy(
-                update={k: getattr(machine.peers[engine], k) for k in measured}))
+                update={k: getattr(costs_of(machine, engine), k) for k in measured}))
             s = predict(shape, m, run)
             err = 100 * (s["time_per_token_s"] / run.measured_tpot_s - 1)
             ttft_err = 100 * (s["ttft_s"] / run.measured_ttft_s - 1)

@@ -3,7 +3,6 @@ from tests.test_peers import LLAMA6, MOE_CFG  # the test suite's shapes
 import dataclasses
 import json
 import pytest
-from hwmodels.specs import PeerSpec
 from planner.engines import plan_for_engine
 from sim.engines.accelerate.planning import best_accelerate_map
 from sim.model.families import shape_from_config
@@ -11,7 +10,8 @@ from sim.costs.memory import PlanError, memory_use
 from sim.model.resolve import preset_config
 from sim.plan import Budgets, Workload
 from sim.engines.placements import POLICIES
-from sim.engines.accelerate.placement import accelerate_map, accelerate_tiers, llamacpp_ngl
+from sim.engines.accelerate.placement import accelerate_map, accelerate_tiers
+from sim.engines.llamacpp.layout import llamacpp_ngl
 from sim.engines.hosted import MMAP_HIT_BYTES_PER_S
 from sim.run.schedule import build_schedule
 from sim.run.simulate import fast_simulate, simulate

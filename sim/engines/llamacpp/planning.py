@@ -25,20 +25,10 @@ def best_llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets:
     if model.family not in LLAMACPP_FAMILIES:
         raise PlanError(f"llama.cpp cannot run a {model.family!r} model; plan for accelerate or offloadsim instead")
     n = model.n_blocks
-    made: dict[tuple[int, int, bool], Plan | None] = {}
-    why: dict[tuple[int, int, bool], str] = {}  # the reason a placement does not fit
-
-    def plan_at(ngl: int, ncmoe: int, mapped: bool = True) -> Plan | None:
-        if (ngl, ncmoe, mapped) not in made:
-            try:
-                made[ngl, ncmoe, mapped] = llamacpp_ngl(model, machine, w, budgets, ngl, ncmoe, mapped)
-            except PlanError as exc:
-                made[ngl, ncmoe, mapped], why[ngl, ncmoe, mapped] = None, str(exc)
-        return made[ngl, ncmoe, mapped]
-    if plan_at(0, 0) is None:  # why even -ngl 0 does not fit (its compute buffer, or the RAM), in one sentence
+    search = _Placements(model, machine, w, budgets, objective)
+    if search.plan_at(0, 0) is None:  # why even -ngl 0 does not fit (its compute buffer, or the RAM), in one sentence
         raise PlanError("llama.cpp cannot run this model at these budgets even with no layer on the GPU: "
-                        f"{why[0, 0, True]}")
-    times: dict[tuple[int, int, bool], tuple[float, int]] = {}  # (ngl, ncmoe, mapped) -> (time, CPU bytes)
+                        f"{search.why[0, 0, True]}")
     # pinned weights change only the copies of a step ggml offloads (OFFLOAD_MIN_TOKENS or more tokens): the prompt
     # when the request's total counts, the decode steps when they carry that many sequences
     scored = w.batch * (w.prompt_tokens if objective != "token" else 1)
@@ -48,42 +38,80 @@ def best_llamacpp(model: ModelShape, machine: MachineSpec, w: Workload, budgets:
     if model.is_moe:
         families.append((lambda g: (n + 1, n - g), n))
     for key_of, top in families:
-        if plan_at(*key_of(0)) is None:
-            continue
-        lo = largest_feasible(top, lambda g: plan_at(*key_of(g)) is not None)
-        mine: dict[int, tuple[float, int]] = {}
+        _scan(search, key_of, top, modes)
+    return _choose(search)
 
-        def score(g: int) -> None:
-            for mapped in modes:
-                key = (*key_of(g), mapped)
-                if not 0 <= g <= lo or plan_at(*key) is None:
-                    continue
-                if key not in times:  # a placement both families reach is timed once
-                    plan = plan_at(*key)
-                    t = ranked_score(model, machine, plan, w, budgets, objective)
-                    times[key] = (t, sum(model.unit(p.unit).nbytes for p in plan.placements if p.compute == "cpu"))
-                mine[g] = min(mine.get(g, times[key]), times[key])
 
-        def best() -> int:
-            return min(mine, key=lambda g: mine[g])
-        step = max(1, lo // 8)
-        for g in [*range(0, lo + 1, step), lo]:
-            score(g)
-        while step > 1:  # halve the step around the best
-            step = (step + 1) // 2
-            b = best()
-            score(b - step), score(b + step)
+class _Placements:
+    """llama.cpp's placements by (ngl, ncmoe, mapped), each made once (None with the reason when it does not fit),
+    and their ranking times with the bytes they compute on the CPU."""
+
+    def __init__(self, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, objective: str):
+        self.model, self.machine, self.w, self.budgets, self.objective = model, machine, w, budgets, objective
+        self.made: dict[tuple[int, int, bool], Plan | None] = {}
+        self.why: dict[tuple[int, int, bool], str] = {}  # the reason a placement does not fit
+        self.times: dict[tuple[int, int, bool], tuple[float, int]] = {}  # -> (time, CPU bytes)
+
+    def plan_at(self, ngl: int, ncmoe: int, mapped: bool = True) -> Plan | None:
+        key = (ngl, ncmoe, mapped)
+        if key not in self.made:
+            try:
+                self.made[key] = llamacpp_ngl(self.model, self.machine, self.w, self.budgets, ngl, ncmoe, mapped)
+            except PlanError as exc:
+                self.made[key], self.why[key] = None, str(exc)
+        return self.made[key]
+
+    def timed(self, key: tuple[int, int, bool]) -> tuple[float, int]:
+        if key not in self.times:  # a placement both families reach is timed once
+            plan = self.plan_at(*key)
+            t = ranked_score(self.model, self.machine, plan, self.w, self.budgets, self.objective)
+            self.times[key] = (t, sum(self.model.unit(p.unit).nbytes for p in plan.placements if p.compute == "cpu"))
+        return self.times[key]
+
+
+def _scan(search: _Placements, key_of, top: int, modes: tuple[bool, ...]) -> None:
+    """Time a family's placements: its feasible prefix found by bisection, scanned coarsely, then around its best
+    with a halving step, then the best's neighbours."""
+    if search.plan_at(*key_of(0)) is None:
+        return
+    lo = largest_feasible(top, lambda g: search.plan_at(*key_of(g)) is not None)
+    mine: dict[int, tuple[float, int]] = {}
+
+    def score(g: int) -> None:
+        for mapped in modes:
+            key = (*key_of(g), mapped)
+            if not 0 <= g <= lo or search.plan_at(*key) is None:
+                continue
+            t = search.timed(key)
+            mine[g] = min(mine.get(g, t), t)
+
+    def best() -> int:
+        return min(mine, key=lambda g: mine[g])
+    step = max(1, lo // 8)
+    for g in [*range(0, lo + 1, step), lo]:
+        score(g)
+    while step > 1:  # halve the step around the best
+        step = (step + 1) // 2
         b = best()
-        score(b - 1), score(b + 1)
+        score(b - step), score(b + step)
+    b = best()
+    score(b - 1), score(b + 1)
+
+
+def _choose(search: _Placements) -> Plan:
+    """The fastest placement timed (ties: fewer CPU bytes, then the mapped file), or llama.cpp's own --fit placement
+    where it is faster (its partial layers are in neither family)."""
+    times = search.times
     fastest = min(t for t, _ in times.values())
-    try:  # llama.cpp's own placement (--fit, sim/engines/llamacpp/fit.py): its partial layers are in neither family
-        fit = llamacpp(model, machine, w, budgets)
-        if ranked_score(model, machine, fit, w, budgets, objective) < fastest * (1 - 1e-9):
+    try:  # llama.cpp's own placement (--fit, sim/engines/llamacpp/fit.py)
+        fit = llamacpp(search.model, search.machine, search.w, search.budgets)
+        if ranked_score(search.model, search.machine, fit, search.w, search.budgets, search.objective) \
+                < fastest * (1 - 1e-9):
             return fit.model_copy(update={"policy": "llamacpp-planned (the placement of its own --fit)"})
     except PlanError:
         pass
     ties = [k for k in times if times[k][0] <= fastest * (1 + 1e-9)]  # equal up to the sums' rounding
     ngl, ncmoe, mapped = min(ties, key=lambda k: (times[k][1], not k[2]))
-    return plan_at(ngl, ncmoe, mapped).model_copy(update={
+    return search.plan_at(ngl, ncmoe, mapped).model_copy(update={
         "policy": f"llamacpp-planned (-ngl {ngl}{f' --n-cpu-moe {ncmoe}' if ncmoe else ''}"
                   f"{'' if mapped else ' --load-mode none'})"})
