@@ -68,7 +68,7 @@ class Evaluator:
         self.unit_kv = np.array(unit_kv_bytes(model, w), dtype=np.int64)  # on the device that computes the unit
         self.fixed_vram = self.kv_bytes + self.act_bytes  # the most: every layer computed on the GPU
         self.tokens = np.array([w.batch * (w.prompt_tokens if s == 0 else 1) for s in range(w.new_tokens)])
-        # a CPU-option unit multiplied on the GPU for a big step moves its cache (sim.run.schedule.offload_kv_move_s)
+        # a CPU-option unit multiplied on the GPU for a big step moves its cache (sim.engines.offloadsim.kv.offload_kv_move_s)
         moves: dict[tuple[int, int], tuple[float, float]] = {}
         for ui, st in zip(self.unit.tolist(), self.step.tolist()):
             if (ui, st) not in moves:

@@ -1,6 +1,6 @@
 """A peer engine's host costs (machine.peers) fitted on measured runs of the real engine.
 
-The engine model (sim/engines/placements.py for the placement, sim/run/schedule.py for the costs) predicts each run from the
+The engine model (its package under sim/engines: the placement and the schedule hooks) predicts each run from the
 machine profile with the peer's costs at zero; what the real engine took beyond that is, per token, a non-negative
 combination of the peer's cost parameters times how often the run pays each (per step, per module loaded, per unit
 loaded), solved by non-negative least squares (scipy.optimize.nnls) over the calibration runs. Runs not used here

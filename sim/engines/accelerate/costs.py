@@ -20,5 +20,6 @@ class AccelerateCosts(HostedCosts):
     hook_module_s: NonNegativeFloat = Field(default=0.0, description="Per parameter-holding module of a unit "
                                             "offloaded to disk and computed on the CPU, per forward: Accelerate's "
                                             "AlignDevicesHook sets each tensor on the execution device before the "
-                                            "forward and back on meta after it (calibrate times it: "
-                                            "validate/hook_cost.py). A unit loaded to the GPU pays load_module_s.")
+                                            "forward and back on meta after it (calibrate --peer accelerate "
+                                            "times it: sim/engines/accelerate/hook_cost.py). A unit loaded to the "
+                                            "GPU pays load_module_s.")
