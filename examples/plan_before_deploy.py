@@ -9,7 +9,7 @@ from _common import figure, result
 from hwmodels import get_machine
 from hwmodels.units import GiB
 from planner import plan_with_report
-from planner.export import to_accelerate, to_llamacpp
+from planner.export import export_plan
 from sim.model.resolve import load_model
 from sim.plan import Budgets, Workload
 
@@ -18,8 +18,8 @@ w = Workload(prompt_tokens=128, new_tokens=8)
 budgets = Budgets.of(machine, vram=4 * GiB)
 rep = plan_with_report(model, machine, w, budgets, time_budget_s=1.0)
 plan = rep.plan
-acc = to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes)
-llama = to_llamacpp(model, plan, w, machine.cpu.cores)
+acc = export_plan("accelerate", model, plan, w, machine, budgets)
+llama = export_plan("llamacpp", model, plan, w, machine, budgets)
 print(f"Qwen3-14B at 4 GiB on rtx3080-laptop: {rep.summary['time_per_token_s']:.3f} s/token predicted")
 print("accelerate max_memory:", json.dumps(acc["max_memory"]), f"({sum(1 for v in acc['device_map'].values() if v == 0)} modules on GPU 0)")
 print("llama.cpp:", llama["command"])

@@ -13,7 +13,6 @@ from typing import Any
 from hwmodels.specs import CpuSpec, GpuSpec, HostMemorySpec, LinkSpec, MachineSpec, StorageSpec
 from hwmodels.units import InputError, parse_bandwidth, parse_bytes, parse_seconds, unknown_name
 from hwmodels.files import load_json
-from hwmodels.specs import default_peers
 
 _PARTS = {"gpu": ("gpus.toml", GpuSpec), "link": ("links.toml", LinkSpec), "storage": ("storage.toml", StorageSpec),
           "host_memory": ("memory.toml", HostMemorySpec), "cpu": ("cpus.toml", CpuSpec)}
@@ -102,10 +101,15 @@ def _machine(name: str) -> tuple[MachineSpec, dict[str, str]]:
         data[kind][field] = value
         if src:
             sources[path] = src
-    if "peers" in entry:  # measured costs of peer engines on this machine (lab/journal/peers.md)
-        data["peers"] = {k: v.model_dump() for k, v in default_peers().items()}
-        for engine, values in entry["peers"].items():
-            data["peers"][engine].update(values)
+    # measured costs of engines on this machine (lab/journal/peers.md), each value with its source; the engine's
+    # package checks them (sim.engines.costs_of)
+    data["peers"] = {}
+    for engine, values in entry.get("peers", {}).items():
+        data["peers"][engine] = {}
+        for field, raw in values.items():
+            data["peers"][engine][field], src = _leaf(field, raw)
+            if src:
+                sources[f"peers.{engine}.{field}"] = src
     data["sources"] = sources
     return MachineSpec.model_validate(data), sources
 

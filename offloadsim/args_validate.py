@@ -27,6 +27,8 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--model", default="llama-3.1-8b", help="preset or config.json whose decoder layer is timed")
     c.add_argument("--dir", default=".", help="folder on the disk to measure")
     c.add_argument("--out", default="profile.json")
+    c.add_argument("--peer", action="append", default=[], metavar="ENGINE",
+                   help="also time this engine's own costs (repeatable), e.g. accelerate or airllm; none by default")
 
     cp = sub.add_parser("calibrate-peer", help="fit llama.cpp's CPU speed on this host from llama-bench's output and "
                         "write a profile that simulate --policy llamacpp and plan --engine llamacpp use")

@@ -120,7 +120,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
         return _engine_plan_cmd(args, engine, out, model, machine, w, budgets, planner_kw)
     from planner import plan_with_report
     from planner.engines import compare_engines, peer_engine_plans, peer_seeds
-    from planner.export import to_accelerate, to_llamacpp
+    from planner.export import export_plan
     peers = peer_engine_plans(model, machine, w, budgets, args.objective)  # the planner: never worse than any of them
     rep = plan_with_report(model, machine, w, budgets, objective=args.objective, time_budget_s=args.time_budget,
                            progress=True, seeds=peer_seeds(peers))
@@ -141,8 +141,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
         attrib = {a["unit"]: a["gain_s"] for a in stall_attribution(model, machine, plan, w, budgets, limit=len(model.units))}
     data["layers"] = _placement_rows(model, plan, attrib)
     if args.export and plan.feasible:
-        data["export"] = to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes) if args.export == "accelerate" \
-            else to_llamacpp(model, plan, w, machine.cpu.cores)
+        data["export"] = export_plan(args.export, model, plan, w, machine, budgets)
     if not plan.feasible:
         if args.json:
             emit(args, data, "")
@@ -185,7 +184,7 @@ def _tail_lines(args, data: dict) -> list[str]:
 def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner_kw: dict) -> int:
     """`plan --engine E` for a peer engine: E's best plan at the budgets, timed with E's model, and every engine."""
     from planner.engines import compare_engines, plan_for_engine
-    from planner.export import to_accelerate, to_llamacpp
+    from planner.export import export_plan
     chosen = plan_for_engine(engine, model, machine, w, budgets, objective=args.objective)
     plan = chosen.plan
     if plan is None:
@@ -207,8 +206,7 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
             "prefetch_depth": plan.prefetch_depth, "vram_slots": plan.vram_slots, "pinned_slots": plan.pinned_slots,
             "layers": _placement_rows(model, plan, attrib)}
     if args.export:
-        data["export"] = to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes) \
-            if args.export == "accelerate" else to_llamacpp(model, plan, w, machine.cpu.cores)
+        data["export"] = export_plan(args.export, model, plan, w, machine, budgets)
     lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
              f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
              f"{engine}: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s, request "

@@ -73,6 +73,11 @@ def make_checkpoint_cmd(args: argparse.Namespace) -> int:
     return emit(args, {"out": str(out)}, f"checkpoint written to {out}")
 
 
+def _calibrated_engines() -> list[str]:
+    from sim.engines import engines
+    return [n for n, e in engines().items() if e.calibrates()]
+
+
 def calibrate_cmd(args: argparse.Namespace) -> int:
     need_torch("calibrate")
     from sim.model.families import shape_from_config
@@ -87,8 +92,13 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     if layer > MAX_CALIBRATE_LAYER_BYTES:
         raise InputError(f"model: calibrate times one decoder layer and {args.model!r} has {layer / GiB:.1f} GiB "
                          "layers; give a smaller model of the same family, like llama-3.1-8b.")
+    from sim.engines import engine_of
+    for name in args.peer:  # every name checked before anything is timed
+        if not engine_of(name).calibrates():
+            raise InputError(f"peer: calibrate does not time {name}'s costs; give one of "
+                             f"{', '.join(_calibrated_engines())}, or use calibrate-peer for llama.cpp.")
     from validate.calibrate import calibrate
-    prof = calibrate(args.base, Path(args.dir), cfg, quick=args.quick)
+    prof = calibrate(args.base, Path(args.dir), cfg, quick=args.quick, peers=tuple(dict.fromkeys(args.peer)))
     with atomic(out) as tmp:
         tmp.write_text(json.dumps(prof, indent=1, default=float))
     m = prof["machine"]

@@ -7,7 +7,7 @@ from typing import Callable
 from hwmodels.specs import MachineSpec
 from sim.costs.memory import activation_bytes, kv_cache_bytes
 from sim.plan import Budgets, Plan, Request, Workload
-from sim.engines.placements import POLICIES
+from sim.engines.placements import POLICIES, peer_policies
 from sim.engines.common import fit_slots, make_plan
 from sim.model.shapes import ModelShape
 from sim.costs.memory import PlanError
@@ -37,9 +37,7 @@ def density_greedy(model: ModelShape, machine: MachineSpec, w: Workload, budgets
 
 
 BASELINES: dict[str, Callable[..., Plan]] = {
-    "airllm": POLICIES["airllm"],
-    "accelerate": POLICIES["accelerate"],
-    "llamacpp": POLICIES["llamacpp"],
+    **peer_policies(),  # each installed engine's own placement (sim/engines)
     "density": density_greedy,
     "resident": POLICIES["resident"],
 }

@@ -23,7 +23,8 @@ from sim.run.fast import evaluate
 from sim.analysis.metrics import step_times, summary
 from sim.plan import Budgets, Placement, Plan, Request, Workload
 from sim.run.items import COLUMNS, Schedule
-from sim.run.schedule import build_schedule, link_at_s, offload_kv_move_s
+from sim.run.schedule import build_schedule
+from sim.engines.offloadsim.kv import link_at_s, offload_kv_move_s
 from sim.model.shapes import ModelShape, UnitShape
 from sim.run.reads import warm_contents
 

@@ -1,174 +1,24 @@
-"""Exports of a plan for the engines that can take one: Accelerate's device_map and max_memory, llama.cpp's
--ngl/-ot arguments. Where an engine cannot express a placement (streaming, per-expert tiers) the export takes the
-nearest one it can and says so in `notes`."""
+"""A plan exported as the arguments of the engine that will run it (Engine.export in the engine's package:
+Accelerate's device_map and max_memory, llama.cpp's -ngl/-ot arguments). Where an engine cannot express a placement
+(streaming, per-expert tiers) the export takes the nearest one it can and says so in `notes`."""
 from __future__ import annotations
 
-import re
-import shlex
-
-from hwmodels.units import GiB, InputError
-from sim.costs.memory import activation_bytes, kv_cache_bytes, resident_weight_bytes
-from sim.plan import Plan, Workload
+from hwmodels.specs import MachineSpec
+from hwmodels.units import InputError
+from sim.engines import engine_of, engines
 from sim.model.shapes import ModelShape
-
-LLAMACPP_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
-
-
-# Module names transformers 5 gives differently from the checkpoint's tensor names (its modeling_*.py; checkpoints
-# keep the old names and are converted at load): Mixtral's sparse MoE block is `mlp`.
-TRANSFORMERS5_RENAMES = {"mixtral": ((".block_sparse_moe", ".mlp"),)}
+from sim.plan import Budgets, Plan, Workload
 
 
-def hf_module(model: ModelShape, name: str) -> str:
-    """The module of current transformers that holds the tensors under checkpoint prefix `name`."""
-    for old, new in TRANSFORMERS5_RENAMES.get(model.family, ()):
-        name = name.replace(old, new)
-    return name
+def export_formats() -> list[str]:
+    """The installed engines that take a placement as arguments."""
+    return [name for name, e in engines().items() if e.exports]
 
 
-# where a device_map's values put a module: the GPU, RAM (pageable: Accelerate copies from it), the offload folder
-HF_DEVICE_TIERS = {"0": "vram", "cuda": "vram", "cuda:0": "vram", "cpu": "ram_pageable", "disk": "disk_raw"}
-
-
-def tiers_from_device_map(model: ModelShape, device_map: dict, on_gpu: bool = True) -> dict[str, str]:
-    """Each unit's tier in a device_map transformers chose (`model.hf_device_map`): the value of the longest key
-    that is its module or a prefix of it; the head unit's from `lm_head`, not from the final norm it also holds,
-    which Accelerate places on its own. An empty map is one device: the GPU where `on_gpu`, else RAM."""
-    if not device_map:
-        return {u.name: "vram" if on_gpu else "ram_pageable" for u in model.units}
-    out = {}
-    for u in model.units:
-        mod = hf_module(model, u.modules[-1] if u.kind == "lm_head" else u.modules[0])
-        keys = [k for k in device_map if k == "" or mod == k or mod.startswith(k + ".")]
-        if not keys:
-            raise InputError(f"device_map: no key covers module {mod!r}; give its device, or a prefix of it.")
-        dev = str(device_map[max(keys, key=len)])
-        if dev not in HF_DEVICE_TIERS:
-            raise InputError(f"device_map: device {dev!r} of {mod!r} is not 0, 'cpu' or 'disk'; this tool models one "
-                             "GPU.")
-        out[u.name] = HF_DEVICE_TIERS[dev]
-    return out
-
-
-def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes: int, ram_bytes: int) -> dict:
-    """{'device_map': {module: 0 | 'cpu' | 'disk'}, 'max_memory': {0: '..GiB', 'cpu': '..GiB'}, 'notes': [...]}."""
-    tiers = plan.tiers()
-    device_map, notes = {}, []
-    fused: dict[str, list] = {}
-    for u in model.units:
-        p = tiers[u.name]
-        dev = 0 if p.tier == "vram" else "disk" if p.tier.startswith("disk") else "cpu"
-        if u.kind == "expert":  # transformers 5 fuses a block's experts into one module: map that module
-            fused.setdefault(hf_module(model, u.modules[0]).rsplit(".", 1)[0], []).append(dev)
-            continue
-        for module in u.modules:
-            device_map[hf_module(model, module)] = dev
-    for module, devs in fused.items():
-        device_map[module] = max(set(devs), key=lambda d: (devs.count(d), d == 0))
-        if len(set(devs)) > 1:
-            notes.append("transformers fuses a block's experts into one module: each block's experts go where most "
-                         "of them are.")
-    if all(p.compute == "cpu" for p in plan.placements):
-        notes.append("nothing is on the GPU: Accelerate runs the whole model on the CPU.")
-    elif any(p.compute == "cpu" for p in plan.placements):
-        notes.append("Accelerate computes offloaded modules on the GPU; units the plan computes on the CPU are "
-                     "mapped to 'cpu' (offloaded) and will be copied in each forward.")
-    if any(p.tier in ("ram_compressed", "disk_compressed") for p in plan.placements):
-        notes.append("Accelerate has no lossless compressed tier; compressed units are mapped to their raw tier.")
-    weights_gpu = resident_weight_bytes(model, plan)
-    headroom = kv_cache_bytes(model, workload) + activation_bytes(model, workload)
-    max_memory = {0: f"{(weights_gpu + headroom) / GiB:.2f}GiB", "cpu": f"{ram_bytes / GiB:.2f}GiB"}
-    # JSON turns the GPU key 0 into the string "0", which Accelerate rejects: give the Python call as well
-    python = (f"AutoModelForCausalLM.from_pretrained(path, device_map={device_map!r}, max_memory={max_memory!r}, "
-              "offload_folder='offload')")
-    return {"device_map": device_map, "max_memory": max_memory, "python": python, "notes": sorted(set(notes))}
-
-
-def llamacpp_runtime(workload: Workload | None, threads: int | None) -> tuple[str, list[str]]:
-    """The program and the arguments that make llama.cpp run the request the plan was priced for: the context of
-    the request's tokens (llama.cpp's default, -c 0, takes the model's trained context, whose KV cache the plan did
-    not budget), one slot per sequence (llama-server -np; llama-cli runs one), the threads of the CPU the engine's
-    costs were measured with, and -fit off (by default llama.cpp changes unset placement and context to fill free
-    device memory: common/common.cpp common_fit_params). Several sequences share one KV cache (-kvu): with -np B
-    llama.cpp keeps one per sequence unless told, and a plan with layers on both devices then ran 30-50% slower
-    than priced (Llama-3B, half the layers on the GPU, 4 and 16 sequences: 62 and 131 ms a step against 47 and 88
-    with -kvu; call N, lab/journal/peers.md)."""
-    args = []
-    program = "llama-server" if workload is not None and workload.batch > 1 else "llama-cli"
-    if workload is not None:
-        args += ["-c", str(workload.batch * (workload.prompt_tokens + workload.new_tokens))]
-        args += ["-np", str(workload.batch), "-kvu"] if workload.batch > 1 else []
-    args += ["-t", str(threads)] if threads else []
-    return program, args + ["-fit", "off"]
-
-
-def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None, threads: int | None = None) -> dict:
-    """{'args': [...], 'ngl': N, 'ot': [...], 'runtime_args': [...], 'command': '...', 'notes': [...]}. CPU-placed
-    blocks that are the first ones are left to `-ngl` (llama.cpp's own split: the last N layers, the output counted
-    first, on the GPU, each CPU layer with its KV cache in RAM); the routed experts of the blocks right after them,
-    to `--n-cpu-moe N` (the experts of blocks 0..N-1 on the CPU; 'n_cpu_moe'); other CPU blocks, expert tensors and
-    a CPU head go by anchored -ot rules; CPU weights the plan pins, to --load-mode none. `args` is the placement;
-    `runtime_args` the request's context, slots and threads (llamacpp_runtime; --poll 100 where CPU turns come
-    between GPU blocks); `command` both, shell-quoted."""
-    if model.family not in LLAMACPP_FAMILIES:
-        raise InputError(f"export: llama.cpp cannot run a {model.family!r} model; export for accelerate instead "
-                         "(--export accelerate).")
-    tiers = plan.tiers()
-    on_gpu: dict[int, list[bool]] = {}
-    experts_gpu: dict[int, list[bool]] = {}
-    head_gpu, notes = True, []
-    for u in model.units:
-        p = tiers[u.name]
-        gpu = p.tier == "vram"
-        if p.tier != "vram" and p.compute == "gpu":
-            notes.append("llama.cpp does not stream weights: streamed units are computed on the CPU instead.")
-        if u.kind == "lm_head":
-            head_gpu = gpu
-        elif u.kind == "expert":
-            experts_gpu.setdefault(u.block, []).append(gpu)
-        elif u.kind != "embedding":
-            on_gpu.setdefault(u.block, []).append(gpu)
-    cpu_blocks = sorted(b for b, flags in on_gpu.items() if not all(flags))
-    prefix = next((i for i, b in enumerate(cpu_blocks) if b != i), len(cpu_blocks))  # blocks 0..prefix-1 on the CPU
-    # the output and the last blocks on the GPU; none at all when the head stays on the CPU with every block
-    ngl = 0 if prefix == model.n_blocks and not head_gpu else model.n_blocks - prefix + 1
-    cpu_blocks = cpu_blocks[prefix:]
-    cpu_experts = sorted(b for b, flags in experts_gpu.items() if sum(flags) * 2 < len(flags) and b >= prefix
-                         and b not in cpu_blocks)
-    if any(0 < sum(f) < len(f) for f in experts_gpu.values()):
-        notes.append("GGUF stores a layer's experts in one tensor: a block's experts go where most of them are.")
-    if cpu_blocks:
-        notes.append("blocks sent to the CPU by -ot keep their KV cache and attention on the GPU (their layer is "
-                     "offloaded): each crosses between CPU and GPU twice per token.")
-    ot = []
-    # llama.cpp matches -ot patterns with regex_search: anchor them, or 'output.weight' also hits 'attn_output.weight'
-    if cpu_blocks:
-        ot.append(f"^blk\\.({'|'.join(map(str, cpu_blocks))})\\.=CPU")
-    # the experts of the blocks right after -ngl's CPU ones, as users write it (llama.cpp matches the same tensors;
-    # blocks without routed experts, such as DeepSeek's first dense ones, have none to move)
-    last = cpu_experts[-1] if cpu_experts else -1
-    following = [b for b in range(prefix, last + 1) if b in experts_gpu and b not in cpu_blocks]
-    n_cpu_moe = last + 1 if cpu_experts and cpu_experts == following else 0
-    if cpu_experts and not n_cpu_moe:
-        ot.append(f"^blk\\.({'|'.join(map(str, cpu_experts))})\\.ffn_(up|down|gate)_exps\\.=CPU")
-    if not head_gpu and ngl > 0:
-        ot.append("^output\\.weight$=CPU")
-    args = ["-ngl", str(ngl)] + (["--n-cpu-moe", str(n_cpu_moe)] if n_cpu_moe else [])
-    # the plan's CPU weights pinned: llama.cpp reads them into its GPU's pinned host buffers only when it does not
-    # map the file (--load-mode none; builds before the option was added: --no-mmap)
-    # (all of them: it cannot pin some and map others)
-    cpu_tiers = {p.tier for p in plan.placements if p.compute == "cpu"}
-    args += ["--load-mode", "none"] if cpu_tiers == {"ram_pinned"} else []
-    if "ram_pinned" in cpu_tiers and len(cpu_tiers) > 1:
-        notes.append("llama.cpp pins all of its CPU weights or none: the plan's pinned ones stay in the mapped file.")
-    for rule in ot:
-        re.compile(rule.rsplit("=", 1)[0])  # every pattern must be a valid regex
-        args += ["-ot", rule]
-    program, runtime = llamacpp_runtime(workload, threads)
-    if cpu_experts or cpu_blocks:  # the CPU's turns come between the GPU's blocks, several a token
-        # between them ggml's CPU threads stop polling and sleep: Qwen3-30B-A3B's layer, --n-cpu-moe 3 and 6, took
-        # 5.0 and 8.1 ms a token, 4.2 and 7.4 with --poll 100, as priced (call AF, lab/journal/peers.md)
-        runtime += ["--poll", "100"]
-    command = f"{program} -m MODEL.gguf " + " ".join(shlex.quote(a) for a in args + runtime)
-    return {"args": args, "ngl": ngl, "n_cpu_moe": n_cpu_moe, "ot": ot, "runtime_args": runtime, "command": command,
-            "notes": sorted(set(notes))}
+def export_plan(fmt: str, model: ModelShape, plan: Plan, w: Workload, machine: MachineSpec, budgets: Budgets) -> dict:
+    """The plan as engine `fmt`'s arguments: a dict with its own keys and 'notes'."""
+    e = engine_of(fmt)
+    if not e.exports:
+        raise InputError(f"export: {e.label} takes no placement as arguments; export as one of "
+                         f"{', '.join(export_formats())}.")
+    return e.export(model, plan, w, machine, budgets)

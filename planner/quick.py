@@ -8,8 +8,8 @@ from planner.baselines import density_greedy
 from sim.run.fast import Unsupported
 from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes
 from sim.plan import Plan, Request
-from sim.engines.llamacpp.layout import OFFLOAD_MIN_TOKENS
-from sim.engines.placements import POLICIES
+from sim.engines.common import OFFLOAD_MIN_TOKENS
+from sim.engines.placements import POLICIES, peer_policies
 from sim.engines.common import fit_slots, make_plan
 from sim.run.simulate import fast_simulate
 
@@ -66,7 +66,7 @@ def quick_plan(req: Request) -> tuple[Plan | None, dict]:
     """The best of the baselines and the hybrids by the fast evaluator: (plan, its summary) or (None, {})."""
     model, machine, w, budgets = req.model, req.machine, req.workload, req.budgets
     cands: list[Plan] = []
-    for name in ("accelerate", "llamacpp", "stream", "resident"):  # airllm: dominated by stream (no overlap)
+    for name in (*peer_policies(dominated=False), "stream", "resident"):
         try:
             cands.append(POLICIES[name](model, machine, w, budgets))
         except PlanError:

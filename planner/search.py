@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.evaluator import Evaluator, Settings
 from planner.choices import OPTIONS
-from sim.engines.llamacpp.layout import OFFLOAD_MIN_TOKENS
+from sim.engines.common import OFFLOAD_MIN_TOKENS
 
 # (prefetch depth, VRAM slots, pinned slots) the planner tries, each without and with the prefill offload of CPU units
 LOADER_SETTINGS = ((1, 2, 2), (2, 3, 3), (3, 4, 3), (0, 1, 1))

@@ -47,7 +47,7 @@ def test_accelerate_export_names_real_modules(preset, extra):
     """Every key of the exported device_map names a module of current transformers' model (a block's routed experts:
     its fused experts module, whose weights hold one slice per expert)."""
     from hwmodels import get_machine
-    from planner.export import to_accelerate
+    from sim.engines.accelerate.export import to_accelerate
     from sim.plan import Workload
     from sim.engines.common import make_plan
     cfg = dict(preset_config(preset), num_hidden_layers=2, **extra)
@@ -114,9 +114,9 @@ def test_accelerate_placement_equals_transformers_device_map(preset, extra):
     device_map="auto" and one GPU runs) on the meta model, over a grid of GPU and RAM budgets: every unit lands where
     transformers puts it, a head tied to the embedding (placed with it) and an MoE's fused experts included."""
     from transformers.integrations.accelerate import infer_auto_device_map
-    from planner.export import tiers_from_device_map
+    from sim.engines.accelerate.export import tiers_from_device_map
     from sim.plan import Budgets
-    from sim.engines.placements import accelerate_tiers
+    from sim.engines.accelerate.placement import accelerate_tiers
     cfg = dict(preset_config(preset), **extra)
     cfg.pop("quantization_config", None)
     shape = shape_from_config(cfg)

@@ -4,6 +4,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
+from sim.engines import costs_of
 from hwmodels.units import InputError  # noqa: E402
 from offloadsim.cli import main  # noqa: E402
 from sim.model.resolve import load_model  # noqa: E402
@@ -180,7 +181,7 @@ def test_calibrate_peer_reads_the_gguf_llama_bench_ran(tmp_path, capsys):
     write_llama(path)
     shape = load_model(str(path))
     m = load_machine("h200-testbox")
-    truth = with_peer(m, "llamacpp", host_scaled(m.peers["llamacpp"], 1.25))
+    truth = with_peer(m, "llamacpp", host_scaled(costs_of(m, "llamacpp"), 1.25))
     rec = {"n_prompt": 0, "n_gen": 16, "n_gpu_layers": 0, "avg_ns": 1.0}
     t = predict(shape, truth, run_of(rec, shape, truth, None, ""))["time_per_token_s"]
     bench = tmp_path / "bench.json"
@@ -188,8 +189,8 @@ def test_calibrate_peer_reads_the_gguf_llama_bench_ran(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main(["calibrate-peer", str(path), "--bench", str(bench), "--out", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(1.25, rel=1e-3)
-    assert load_machine(str(out)).peers["llamacpp"].cpu_bytes_per_s == pytest.approx(
-        1.25 * m.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
+    assert costs_of(load_machine(str(out)), "llamacpp").cpu_bytes_per_s == pytest.approx(
+        1.25 * costs_of(m, "llamacpp").cpu_bytes_per_s, rel=1e-3)
 
 
 def test_calibrate_peer_prices_each_record_with_its_own_flash_attention(tmp_path, capsys):
@@ -206,8 +207,8 @@ def test_calibrate_peer_prices_each_record_with_its_own_flash_attention(tmp_path
     write_llama(path)
     shape = load_model(str(path))
     m = load_machine("h200-testbox")
-    m = with_peer(m, "llamacpp", m.peers["llamacpp"].model_copy(update={"cpu_op_s": 1e-5}))
-    spec = host_scaled(m.peers["llamacpp"], 1.25)
+    m = with_peer(m, "llamacpp", costs_of(m, "llamacpp").model_copy(update={"cpu_op_s": 1e-5}))
+    spec = host_scaled(costs_of(m, "llamacpp"), 1.25)
     truth = with_peer(m, "llamacpp", spec)
     rec = {"n_prompt": 0, "n_gen": 16, "n_gpu_layers": 0, "avg_ns": 1.0}
     off, auto = (run_of(dict(rec, flash_attn=fa), shape, truth, None, "") for fa in (0, -1))

@@ -169,7 +169,7 @@ def test_only_header_bytes_of_safetensors_files_are_asked_for(hub, tmp_path):
 
 def test_offline_the_second_resolve_uses_the_cache(hub, monkeypatch, tmp_path):
     first = load_model("toy/sharded")
-    assert len(list((tmp_path / "hf-cache" / "offloadsim" / "headers").glob("toy--sharded--*.json"))) == 1
+    assert len(list((tmp_path / "hf-cache" / "offloadsim-headers").glob("toy--sharded--*.json"))) == 1
     assert list((tmp_path / "hf-cache").glob("models--toy--sharded/snapshots/*/config.json"))
     hub.stop()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -153,11 +153,11 @@ def test_airllm_faulting_loader(sizes, spare, warm, cleanup, tokens):
     """AirLLM's plans (cold reads priced in the loader's wait, the page cache from none to all of the model): the
     fast evaluator gives the SimPy timeline's times, the faulted part of every wait is non-negative and within the
     item's engine cost, and a warm page cache is never slower."""
-    from hwmodels.specs import PeerSpec
+    from sim.engines.airllm.costs import AirllmCosts
     from sim.engines.placements import POLICIES
     from validate.peer_calibration import with_peer
     model = toy_model(tuple(sizes))
-    m = with_peer(TOY, "airllm", PeerSpec(pin_each_load=True, mmap_reads=True, load_unit_s=cleanup))
+    m = with_peer(TOY, "airllm", AirllmCosts(pin_each_load=True, mmap_reads=True, load_unit_s=cleanup))
     w = Workload(batch=1, prompt_tokens=1, new_tokens=tokens, warm=warm)
     b = Budgets(vram_bytes=10**6, ram_bytes=3 * max(sizes) + spare, pinned_bytes=10**6)
     plan = POLICIES["airllm"](model, m, w, b)

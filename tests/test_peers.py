@@ -4,15 +4,21 @@ import json
 
 import pytest
 
-from hwmodels.specs import PeerSpec
-from planner.engines import best_accelerate_map, plan_for_engine
+from sim.engines import costs_of
+from sim.engines.accelerate.costs import AccelerateCosts
+from sim.engines.airllm.costs import AirllmCosts
+from sim.engines.llamacpp.costs import LlamacppCosts
+from planner.engines import plan_for_engine
+from sim.engines.accelerate.planning import best_accelerate_map
 from sim.model.families import shape_from_config
 from sim.costs.memory import PlanError, memory_use
 from sim.model.resolve import preset_config
 from sim.plan import Budgets, Workload
-from sim.engines.placements import POLICIES, accelerate_map, accelerate_tiers
+from sim.engines.placements import POLICIES
+from sim.engines.accelerate.placement import accelerate_map, accelerate_tiers
 from sim.engines.llamacpp.layout import llamacpp_ngl
-from sim.run.schedule import MMAP_HIT_BYTES_PER_S, build_schedule
+from sim.engines.hosted import MMAP_HIT_BYTES_PER_S
+from sim.run.schedule import build_schedule
 from sim.run.simulate import fast_simulate, simulate
 from sim.model.shapes import ModelShape, UnitShape, ggml_ops
 from tests.toys import BIG, FMT, toy_model
@@ -22,7 +28,7 @@ W = Workload(batch=1, prompt_tokens=1, new_tokens=3)
 
 
 def _accelerate(toy_machine, tiers, **costs):
-    m = with_peer(toy_machine, "accelerate", PeerSpec(**costs))
+    m = with_peer(toy_machine, "accelerate", AccelerateCosts(**{'mmap_reads': False, **costs}))
     model = toy_model((4, 8, 2))
     return model, m, accelerate_map(model, m, W, BIG, dict(zip(["l0", "l1", "l2"], tiers)), "accelerate")
 
@@ -49,7 +55,7 @@ def test_accelerate_runs_on_the_cpu_when_nothing_is_on_the_gpu(toy_machine):
     assert sch.overhead_s[:3].tolist() == [0.5, 0.0, 0.0] and sch.overhead_s.sum() == 0.5 * W.new_tokens
     # CPU: 14 B at 5 B/s per token, and the loop
     assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(14 / 5 + 0.5)
-    ggml = with_peer(toy_machine, "llamacpp", PeerSpec(step_s=0.5))
+    ggml = with_peer(toy_machine, "llamacpp", LlamacppCosts(gpu_dispatch="eager", step_s=0.5))
     cpu_only = plan.model_copy(update={"engine": "llamacpp"})
     assert build_schedule(model, ggml, cpu_only, W, BIG).overhead_s.sum() == 0
 
@@ -62,7 +68,7 @@ def test_airllm_loader_and_mmap_reads(toy_machine):
     (5.87 s) less its 4 s copy, and the 2.67 B in flight (2.93 s) past the 1.5 s cleanup: 3.3 s; l2, 1.47 s less its
     1 s copy: 0.47 s (its 0.73 s in flight ends inside the cleanup). The reader lane pays none of it."""
     model = toy_model((4, 8, 2))
-    m = with_peer(toy_machine, "airllm", PeerSpec(pin_each_load=True, mmap_reads=True, load_unit_s=1.5))
+    m = with_peer(toy_machine, "airllm", AirllmCosts(pin_each_load=True, mmap_reads=True, load_unit_s=1.5))
     plan = POLICIES["airllm"](model, m, W, BIG)
     warm = build_schedule(model, m, plan, W.model_copy(update={"warm": True}), BIG)
     assert warm.unpack_s[:3].tolist() == pytest.approx([0.4, 0.8, 0.2])
@@ -88,7 +94,7 @@ def test_airllm_keeps_a_tied_embedding_resident(toy_machine):
              UnitShape(name="head", kind="lm_head", block=1, modules=("head",), matrix_params=0, nbytes=4,
                        tied_nbytes=4, flop_params=0, hidden=0, launches=0))
     model = ModelShape(name="tied", family="toy", weight_format=FMT, n_blocks=1, hidden=0, vocab=0, units=units)
-    m = with_peer(toy_machine, "airllm", PeerSpec(pin_each_load=True, mmap_reads=True, load_unit_s=1.5))
+    m = with_peer(toy_machine, "airllm", AirllmCosts(pin_each_load=True, mmap_reads=True, load_unit_s=1.5))
     plan = POLICIES["airllm"](model, m, W, BIG)
     assert [p.tier for p in plan.placements] == ["vram", "disk_raw", "vram"]
     warm = W.model_copy(update={"warm": True})  # page cache warm: the waits for a cold read are apart (test above)
@@ -156,15 +162,15 @@ def test_accelerate_placement_of_a_tied_head_and_of_the_heads_reserve():
 def test_fit_recovers_known_costs(toy_machine):
     """Runs 'measured' with step 0.5 s and 0.1 s per loaded module are explained by exactly those costs."""
     model = toy_model((4, 8, 2))
-    truth = with_peer(toy_machine, "accelerate", PeerSpec(step_s=0.5, load_module_s=0.1))
+    truth = with_peer(toy_machine, "accelerate", AccelerateCosts(mmap_reads=False, step_s=0.5, load_module_s=0.1))
     runs = []
     for tiers in (["vram"] * 3, ["vram", "ram_pageable", "vram"], ["vram", "ram_pageable", "ram_pageable"]):
         plan = accelerate_map(model, truth, W, BIG, dict(zip(["l0", "l1", "l2"], tiers)), "accelerate")
         s = fast_simulate(model, truth, plan, W, BIG)
         runs.append((model, toy_machine, PeerRun("x", plan, W, BIG, s["time_per_token_s"], s["ttft_s"])))
-    got = fit("accelerate", runs, "test")
+    got = fit("accelerate", runs)
     assert got.step_s == pytest.approx(0.5, rel=1e-3) and got.load_module_s == pytest.approx(0.1, rel=1e-3)
-    assert got.source == "test"
+    assert isinstance(got, AccelerateCosts)  # sources are the caller's, per value (machine.sources)
 
 
 def test_planned_accelerate_map_never_slower_than_accelerates_own():
@@ -193,7 +199,7 @@ def test_planned_accelerate_map_keeps_a_tied_head_with_its_embedding():
     a planned map never splits them, at budgets from nothing but the embedding on the GPU to all of the model, and
     is never slower than Accelerate's own map."""
     from hwmodels.presets import load_machine
-    from planner.export import to_accelerate
+    from sim.engines.accelerate.export import to_accelerate
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=64, new_tokens=3)
     seen = set()
@@ -250,7 +256,7 @@ def test_mapped_hits_cost_the_hosts_map_speed(toy_machine):
     request of the toy model reads l0 (4 B) in 2 s, l1 (8 B) in 4 s, l2 (2 B) in 1 s; unmeasured, they are free."""
     model = toy_model((4, 8, 2))
     hm = toy_machine.host_memory.model_copy(update={"map_touch_bytes_per_s": 2.0})
-    m = with_peer(toy_machine.model_copy(update={"host_memory": hm}), "airllm", PeerSpec(pin_each_load=True, mmap_reads=True))
+    m = with_peer(toy_machine.model_copy(update={"host_memory": hm}), "airllm", AirllmCosts(pin_each_load=True, mmap_reads=True))
     w = W.model_copy(update={"warm": True})
     plan = POLICIES["airllm"](model, m, w, BIG)
     assert build_schedule(model, m, plan, w, BIG).cache_bytes_per_s == 2.0
@@ -302,7 +308,7 @@ def test_a_mapped_embedding_on_the_cpu_reads_its_rows_only(toy_machine):
     emb = UnitShape(name="emb", kind="embedding", block=-1, modules=("emb",), matrix_params=3, nbytes=6,
                     flop_params=0, hidden=0, launches=0)
     model = base.model_copy(update={"units": (emb,) + base.units})
-    m = with_peer(toy_machine, "accelerate", PeerSpec(mmap_reads=True))
+    m = with_peer(toy_machine, "accelerate", AccelerateCosts(mmap_reads=True))
     tiers = {"emb": "disk_raw", "l0": "disk_raw", "l1": "disk_raw"}
     plan = accelerate_map(model, m, W, BIG, tiers, "accelerate")
     assert build_schedule(model, m, plan, W, BIG).read_bytes[:3].tolist() == [0.0, 4.0, 8.0]
@@ -312,7 +318,7 @@ def test_a_mapped_embedding_on_the_cpu_reads_its_rows_only(toy_machine):
 
 def test_calibrate_measures_the_per_tensor_open(tmp_path):
     pytest.importorskip("torch")
-    from validate.calibrate import safetensors_tensor_s
+    from sim.engines.accelerate.disk_cost import safetensors_tensor_s
     t = safetensors_tensor_s(tmp_path, tensors=8, nbytes=2**16)
     assert 0.0 <= t < 0.05 and not list(tmp_path.iterdir())  # seconds per tensor; the probe file is removed
 
@@ -321,7 +327,7 @@ def test_offload_open_line_resists_one_slow_pass(tmp_path):
     """The open's cost as a line in the header's entries, 1e-4 s + 1e-6 s an entry, from files of 16, 64 and 256
     tensors over three rounds: one pass of the 256-tensor file run 3x slow (the host stalled) leaves the line as it
     is, where a line through two files' single passes would have tripled its slope."""
-    from validate.calibrate import offload_open
+    from sim.engines.accelerate.disk_cost import offload_open
     calls = []
 
     def timer(folder, n, passes):
@@ -345,7 +351,7 @@ def test_calibrate_measures_the_map_speed(tmp_path):
 
 def test_engine_candidates_ranked_by_the_objective():
     """Per token, or the request's total: first token 2 s + 4 decode steps of 0.5 s = 4 s."""
-    from planner.engines import _score
+    from sim.engines.ranking import score as _score
     s, w = {"ttft_s": 2.0, "time_per_token_s": 0.5}, Workload(new_tokens=5)
     assert _score(s, w, "token") == 0.5 and _score(s, w, "total") == 4.0
 
@@ -353,7 +359,7 @@ def test_engine_candidates_ranked_by_the_objective():
 def _llamacpp(toy_machine, tiers, **spec):
     from sim.engines.common import make_plan
     model = toy_model((4, 8, 2))
-    m = with_peer(toy_machine, "llamacpp", PeerSpec(**spec))
+    m = with_peer(toy_machine, "llamacpp", LlamacppCosts(**{'gpu_dispatch': "eager", **spec}))
     names = ["l0", "l1", "l2"]
     plan = make_plan(model, m, "llamacpp", dict(zip(names, tiers)),
                      {n: "cpu" for n, t in zip(names, tiers) if t != "vram"}, prefetch_depth=0, overlap_copy=False,
@@ -417,7 +423,7 @@ def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
     all-GPU tokens of 1.4 + 1.32 + 0.3 = 3.02 s and 1.6 + 0.44 + 0.3 = 2.34 s; a 16-token prefill (past
     MMV_MAX_TOKENS) takes the flat 0.5 s grid x 0.7 per unit + 0.3 = 1.35 s. The fit on those five runs gives the
     five values back."""
-    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, gpu_op_s=0.02, gpu_compute_scale=0.7)
+    truth = LlamacppCosts(gpu_dispatch="eager", step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, gpu_op_s=0.02, gpu_compute_scale=0.7)
     runs, got_times = [], []
     prefill = Workload(batch=1, prompt_tokens=16, new_tokens=1)
     for sizes in ((4, 8, 2), (16,)):
@@ -434,7 +440,7 @@ def test_llamacpp_own_kernels_hand_worked_and_fit_recovers_them(toy_machine):
             runs.append((model, machine, PeerRun("x", plan, w, BIG, s["time_per_token_s"] if gen else float("nan"),
                                                  float("nan") if gen else s["ttft_s"], graphs_warm=True)))
     assert got_times == [pytest.approx(t) for t in (7.57, 3.02, 1.35, 8.19, 2.34)]
-    got = fit("llamacpp", runs, "test")
+    got = fit("llamacpp", runs)
     for field in ("step_s", "cpu_bytes_per_s", "cpu_op_s", "gpu_op_s", "gpu_compute_scale"):
         assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-3), field
 
@@ -447,9 +453,9 @@ def test_llamacpp_cpu_share_in_the_last_level_cache_streams_faster(toy_machine):
     speed holds (7.57 s). 16 bytes fit the whole cache with every unit on the CPU, not its 0.6 (15 bytes) with a unit
     on the GPU. The fit gives the cache speed back (within 2%: it stops short on the GPU runs' two costs), and leaves
     it out when no run's CPU share fits."""
-    from sim.run.schedule import cpu_stream_bytes_per_s
+    from sim.engines.llamacpp.graphs import cpu_stream_bytes_per_s
     from validate.peer_calibration import identifiable
-    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_cache_bytes_per_s=7.0, cpu_op_s=0.01, gpu_op_s=0.02,
+    truth = LlamacppCosts(gpu_dispatch="eager", step_s=0.3, cpu_bytes_per_s=2.0, cpu_cache_bytes_per_s=7.0, cpu_op_s=0.01, gpu_op_s=0.02,
                      gpu_compute_scale=0.7)
     cached = toy_machine.model_copy(update={"cpu": toy_machine.cpu.model_copy(update={"llc_bytes": 25})})
     runs, got_times = [], []
@@ -468,12 +474,12 @@ def test_llamacpp_cpu_share_in_the_last_level_cache_streams_faster(toy_machine):
         m, plan = _llamacpp_of(toy_model((16, 2)), cached, tiers, truth)
         assert cpu_stream_bytes_per_s(toy_model((16, 2)), plan, m, truth) == speed, tiers
     assert cpu_stream_bytes_per_s(model, run.plan, machine, truth.model_copy(update={"cpu_bytes_per_s": None})) is None
-    got = fit("llamacpp", runs, "test")
+    got = fit("llamacpp", runs)
     for field in ("cpu_bytes_per_s", "cpu_cache_bytes_per_s", "cpu_op_s"):  # six parameters through the simulator
         assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=2e-2), field
     params = ("cpu_bytes_per_s", "cpu_cache_bytes_per_s")
-    assert identifiable(params, runs[1:], PeerSpec()) == ("cpu_bytes_per_s",)  # no CPU share fits: no cache speed
-    assert identifiable(params, runs[:1], PeerSpec()) == params
+    assert identifiable(params, runs[1:], LlamacppCosts(gpu_dispatch="eager")) == ("cpu_bytes_per_s",)  # no CPU share fits: no cache speed
+    assert identifiable(params, runs[:1], LlamacppCosts(gpu_dispatch="eager")) == params
 
 
 def test_llamacpp_offloads_large_steps_per_operation():
@@ -510,7 +516,7 @@ def test_llamacpp_gpu_decode_pays_per_weight_row_and_fit_recovers_it(toy_machine
     (the schedule's compute cache must not hand back the other cost's times). The fit on three all-GPU runs whose
     operators and rows vary apart, and the CPU runs, gives the row cost back."""
     from sim.costs.compute import matrix_rows
-    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, gpu_op_s=0.02, gpu_row_s=0.1)
+    truth = LlamacppCosts(gpu_dispatch="eager", step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, gpu_op_s=0.02, gpu_row_s=0.1)
     a = _shaped([("l0", "decoder", 4, 8), ("l1", "decoder", 8, 6)])
     assert [matrix_rows(u) for u in a.units] == [4, 3]
     m, plan = _llamacpp_of(a, toy_machine, ["vram", "vram"], truth)
@@ -528,7 +534,7 @@ def test_llamacpp_gpu_decode_pays_per_weight_row_and_fit_recovers_it(toy_machine
             # graphs warm (llama-bench's repetitions): else the warm-up's cost per operator and gpu_op_s count the
             # same operators in these runs and the fit could take either
             runs.append((model, toy_machine, PeerRun("x", plan, W, BIG, t, float("nan"), graphs_warm=True)))
-    got = fit("llamacpp", runs, "test")
+    got = fit("llamacpp", runs)
     for field in ("step_s", "gpu_op_s", "gpu_row_s", "cpu_bytes_per_s", "cpu_op_s"):
         assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-3), field
 
@@ -539,9 +545,9 @@ def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
     s, the attentions fused): 4 / 2 + 8 / 2 + 6 / 3 + 0.41 = 8.41 s a token. The layers on the GPU (12 / 10 + 44 x
     0.02 + step 0.3 = 2.38 s) and the head on the CPU at 2 B/s (3 + 0.03 s): 5.41 s. The fit keeps the head's speed
     only when a run measures it, and otherwise leaves it absent even where the profile had one."""
-    from sim.run.schedule import cpu_stream_bytes_per_s
+    from sim.engines.llamacpp.graphs import cpu_stream_bytes_per_s
     from validate.peer_calibration import identifiable
-    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_head_bytes_per_s=3.0, cpu_op_s=0.01, gpu_op_s=0.02)
+    truth = LlamacppCosts(gpu_dispatch="eager", step_s=0.3, cpu_bytes_per_s=2.0, cpu_head_bytes_per_s=3.0, cpu_op_s=0.01, gpu_op_s=0.02)
     model = _shaped([("l0", "decoder", 4, 0), ("l1", "decoder", 8, 0), ("head", "lm_head", 6, 0)], hidden=0)
     times, plans = [], []
     for tiers in (["ram_pageable"] * 3, ["vram", "vram", "ram_pageable"]):
@@ -553,10 +559,10 @@ def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
     assert cpu_stream_bytes_per_s(model, plans[0], toy_machine, truth, "decoder") == 2.0
     params = ("cpu_bytes_per_s", "cpu_head_bytes_per_s")
     runs = [(model, toy_machine, PeerRun("x", p, W, BIG, t, float("nan"))) for p, t in zip(plans, times)]
-    assert identifiable(params, runs, PeerSpec()) == params
-    assert identifiable(params, runs[1:], PeerSpec()) == ("cpu_bytes_per_s",)  # no head after CPU layers
+    assert identifiable(params, runs, LlamacppCosts(gpu_dispatch="eager")) == params
+    assert identifiable(params, runs[1:], LlamacppCosts(gpu_dispatch="eager")) == ("cpu_bytes_per_s",)  # no head after CPU layers
     stale = with_peer(toy_machine, "llamacpp", truth)  # a profile that already has a head speed
-    got = fit("llamacpp", [(model, stale, run) for _, _, run in runs[1:]], "test")
+    got = fit("llamacpp", [(model, stale, run) for _, _, run in runs[1:]])
     assert got.cpu_head_bytes_per_s is None  # no run measured it: absent, not the profile's stale value
 
 
@@ -604,7 +610,7 @@ def test_llamacpp_cpu_row_cost_hand_worked_and_fit_recovers_it(toy_machine):
     e = _shaped([("emb", "embedding", 4, 8)]).units[0]
     assert cpu_compute_s(e, toy_machine, 1, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01, row_s=0.05) == \
         pytest.approx(6.01)
-    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, cpu_row_s=0.05, gpu_op_s=0.02)
+    truth = LlamacppCosts(gpu_dispatch="eager", step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, cpu_row_s=0.05, gpu_op_s=0.02)
     runs = []
     for model in (_shaped([("l0", "decoder", 4, 8), ("l1", "decoder", 8, 6)]), _shaped([("l0", "decoder", 16, 4)]),
                   _shaped([("l0", "decoder", 6, 48), ("l1", "decoder", 6, 48)]), _shaped([("l0", "decoder", 2, 2)])):
@@ -614,7 +620,7 @@ def test_llamacpp_cpu_row_cost_hand_worked_and_fit_recovers_it(toy_machine):
             runs.append((model, toy_machine, PeerRun("x", plan, W, BIG, t, float("nan"))))
     assert features(runs[1][0], runs[1][2], ("cpu_row_s",)).tolist() == [7.0]  # 4 + 3 rows on the CPU
     assert features(runs[0][0], runs[0][2], ("cpu_row_s",)).tolist() == [0.0]  # on the GPU
-    got = fit("llamacpp", runs, "test")
+    got = fit("llamacpp", runs)
     for field in ("cpu_bytes_per_s", "cpu_op_s", "cpu_row_s"):
         assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=2e-2), field
     assert host_scaled(truth, 2.0).cpu_row_s == pytest.approx(0.025)
@@ -624,7 +630,7 @@ def test_llamacpp_fit_recovers_the_costs_of_several_sequences(toy_machine):
     """Runs of one and of 2 and 4 sequences, all on the GPU and all on the CPU, made with known costs: the fit gives
     back the per-row costs of a several-token step and the CPU's multiply rate beside the single-sequence costs;
     with single-sequence runs only it leaves them absent (their defaults), as nothing measured them."""
-    truth = PeerSpec(step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, cpu_flops_per_s=8.0, gpu_op_s=0.02,
+    truth = LlamacppCosts(gpu_dispatch="eager", step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, cpu_flops_per_s=8.0, gpu_op_s=0.02,
                      gpu_row_s=0.1, gpu_multi_row_s=0.2, gpu_row_token_s=0.05)
     models = [_shaped([("l0", "decoder", 4, 8), ("l1", "decoder", 8, 6)]), _shaped([("l0", "decoder", 16, 4)]),
               _shaped([("l0", "decoder", 6, 48), ("l1", "decoder", 6, 48)])]
@@ -638,11 +644,11 @@ def test_llamacpp_fit_recovers_the_costs_of_several_sequences(toy_machine):
                 # graphs warm (llama-bench's repetitions): a warm-up's cost per GPU operator would otherwise
                 # be one with gpu_op_s on these equally long runs
                 runs.append((model, toy_machine, PeerRun("x", plan, w, BIG, t, float("nan"), graphs_warm=True)))
-    got = fit("llamacpp", runs, "test")
+    got = fit("llamacpp", runs)
     for field in ("step_s", "gpu_op_s", "gpu_row_s", "gpu_multi_row_s", "gpu_row_token_s", "cpu_bytes_per_s",
                   "cpu_op_s", "cpu_flops_per_s"):
         assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-3), field
-    single = fit("llamacpp", [r for r in runs if r[2].workload.batch == 1], "test")
+    single = fit("llamacpp", [r for r in runs if r[2].workload.batch == 1])
     assert single.gpu_row_token_s is None and single.cpu_flops_per_s is None and single.gpu_multi_row_s == 0.0
 
 
@@ -675,7 +681,7 @@ def test_llamacpp_offloaded_unit_pays_its_splits_and_cpu_attention():
     from hwmodels.presets import load_machine
     from validate.peer_calibration import features
     m = load_machine("h200-testbox")
-    spec = m.peers["llamacpp"]
+    spec = costs_of(m, "llamacpp")
 
     def compute(batch: int, **update) -> dict[str, float]:
         mm = with_peer(m, "llamacpp", spec.model_copy(update=update))
@@ -713,7 +719,7 @@ def test_graph_warmup_steps_hand_worked():
     steps after the prompt, and two more from the step at which the shared cache's cells, rounded up to 256, grow.
     48 sequences of 16 prompt tokens: step s holds 48 x (16 + s) cells, 816 (4 x 256) at s = 1 and 1056 (5 x 256)
     from s = 6 on; a 250-token prompt crosses 256 at s = 7 (257 cells); a request with one decode step has one."""
-    from sim.run.schedule import graph_warmup_steps
+    from sim.engines.llamacpp.graphs import graph_warmup_steps
     assert graph_warmup_steps(Workload(batch=1, prompt_tokens=1, new_tokens=17)) == [1, 2]
     assert graph_warmup_steps(Workload(batch=48, prompt_tokens=16, new_tokens=9)) == [1, 2, 6, 7]
     assert graph_warmup_steps(Workload(batch=1, prompt_tokens=250, new_tokens=12)) == [1, 2, 7, 8]
@@ -730,7 +736,7 @@ def test_llamacpp_gpu_units_pay_the_graph_warmup_on_those_steps_only():
     from hwmodels.presets import load_machine
     from validate.peer_calibration import features, predict
     m = load_machine("h200-testbox")
-    spec = m.peers["llamacpp"]
+    spec = costs_of(m, "llamacpp")
     w = Workload(batch=1, prompt_tokens=4, new_tokens=6)
     plan = llamacpp_ngl(LLAMA6, m, w, Budgets.of(m), 3)  # three decoders and the embedding on the CPU
 
@@ -760,7 +766,7 @@ def test_llamacpp_flash_attention_auto_is_off_everywhere_once_an_attention_canno
     GPU attention turns it off on the CPU too; -ngl 0 and -ngl 1 (the head alone on the GPU: no attention there)
     keep it on; -fa off and on force the CPU's, and the GPU fuses only with its kernels."""
     from hwmodels.presets import load_machine
-    from sim.run.schedule import ggml_flash_attention
+    from sim.engines.llamacpp.graphs import ggml_flash_attention
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=4, new_tokens=3)
 
@@ -782,7 +788,7 @@ def test_llamacpp_cpu_attention_unfused_pays_three_operators_and_its_own_cost_on
     from hwmodels.presets import load_machine
     from validate.peer_calibration import features, host_scaled
     m = load_machine("h200-testbox")
-    spec = m.peers["llamacpp"].model_copy(update={"cpu_op_s": 1e-5, "cpu_mm_attention_s": 1e-3,
+    spec = costs_of(m, "llamacpp").model_copy(update={"cpu_op_s": 1e-5, "cpu_mm_attention_s": 1e-3,
                                                   "gpu_mm_attention_s": 0.0})
     assert ggml_ops("decoder", "llama") == 22 and ggml_ops("decoder", "llama", flash_attention=True) == 19
     assert ggml_ops("lm_head", "llama", flash_attention=True) == 3
@@ -825,7 +831,7 @@ def test_llamacpp_without_flash_attention_pays_its_attention_kernels_on_one_toke
     from validate.peer_calibration import features, predict
     m = load_machine("h200-testbox")
     # the CPU's own unfused attention (test below) left out here: its operators and its cost
-    spec = m.peers["llamacpp"].model_copy(update={"gpu_mm_attention_s": 1e-3, "cpu_op_s": 0.0,
+    spec = costs_of(m, "llamacpp").model_copy(update={"gpu_mm_attention_s": 1e-3, "cpu_op_s": 0.0,
                                                   "cpu_mm_attention_s": 0.0})
     assert spec.flash_attention  # llama.cpp's default build
 
@@ -891,8 +897,8 @@ def test_llamacpp_prices_a_blocks_routed_experts_as_one_set_of_ggml_operators():
     plan = llamacpp_ngl(shape, m, w, b, 5, n_cpu_moe=4)
     steps = []
     for op_s in (0.0, 1e-3):
-        peer = m.peers["llamacpp"].model_copy(update={"cpu_op_s": op_s})
-        sch = build_schedule(shape, m.model_copy(update={"peers": {**m.peers, "llamacpp": peer}}), plan, w, b)
+        peer = costs_of(m, "llamacpp").model_copy(update={"cpu_op_s": op_s})
+        sch = build_schedule(shape, with_peer(m, "llamacpp", peer), plan, w, b)
         steps.append(sum(c for ui, s, c in zip(sch.unit, sch.step, sch.compute_s)
                          if s == 1 and shape.units[ui].kind == "expert"))
     assert steps[1] - steps[0] == pytest.approx(4 * 6 * 1e-3, rel=1e-9)
@@ -945,7 +951,7 @@ def test_llamacpp_planner_pins_the_cpu_weights_only_where_it_pays_and_the_export
     without a pinned budget it is never chosen. The export writes it exactly when the plan pins CPU weights (this
     llama.cpp has no --no-mmap)."""
     from hwmodels.presets import load_machine
-    from planner.export import to_llamacpp
+    from sim.engines.llamacpp.export import to_llamacpp
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=512, new_tokens=4)
     vram = LLAMA6.total_bytes // 2
@@ -970,7 +976,7 @@ def test_llamacpp_planner_offloads_an_moes_routed_experts_with_n_cpu_moe_when_th
     nothing is left on the CPU but the embedding (the tie goes to fewer CPU bytes)."""
     from hwmodels.presets import load_machine
     from planner.engines import _simulate
-    from planner.export import to_llamacpp
+    from sim.engines.llamacpp.export import to_llamacpp
     m = load_machine("h200-testbox")
     shape = shape_from_config(dict(MOE_CFG, hidden_size=2048, moe_intermediate_size=1024, num_local_experts=64,
                                    num_experts_per_tok=8, head_dim=128, num_attention_heads=16,
@@ -1036,7 +1042,7 @@ def _bench_records(shape, machine, scale: float, ngls=(0, 3, 7), n_gen: int = 32
     each record's time is the engine model's with the preset's CPU speeds scaled (hand-set truth to recover)."""
     from validate.llamacpp_bench import run_of
     from validate.peer_calibration import host_scaled, predict, with_peer
-    truth = with_peer(machine, "llamacpp", host_scaled(machine.peers["llamacpp"], scale))
+    truth = with_peer(machine, "llamacpp", host_scaled(costs_of(machine, "llamacpp"), scale))
     out = []
     for ngl in ngls:
         rec = {"n_prompt": 0, "n_gen": n_gen, "n_gpu_layers": ngl, "avg_ns": 1.0, "use_mmap": True}
@@ -1048,7 +1054,7 @@ def _bench_records(shape, machine, scale: float, ngls=(0, 3, 7), n_gen: int = 32
 def test_host_scale_multiplies_every_cpu_speed_and_divides_the_operator_cost():
     from hwmodels.presets import load_machine
     from validate.peer_calibration import host_scaled
-    spec = load_machine("h200-testbox").peers["llamacpp"]
+    spec = costs_of(load_machine("h200-testbox"), "llamacpp")
     s = host_scaled(spec, 2.0)
     assert s.cpu_bytes_per_s == 2 * spec.cpu_bytes_per_s and s.cpu_cache_bytes_per_s == 2 * spec.cpu_cache_bytes_per_s
     assert s.cpu_head_bytes_per_s == 2 * spec.cpu_head_bytes_per_s and s.cpu_flops_per_s == 2 * spec.cpu_flops_per_s
@@ -1068,8 +1074,9 @@ def test_calibrate_host_recovers_a_known_cpu_speed_from_llama_bench_records():
     assert [r["used"] for r in rep["runs"]] == [True, True, False]  # -ngl 7 of 6 blocks: all on the GPU
     assert all(r["after_s"] == pytest.approx(r["measured_s"], rel=1e-3) for r in rep["runs"])
     assert rep["runs"][0]["before_s"] > rep["runs"][0]["measured_s"]  # the preset's slower CPU
-    assert got.peers["llamacpp"].cpu_bytes_per_s == pytest.approx(1.3 * m.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
-    assert "1.300" in got.peers["llamacpp"].source and "test" in got.peers["llamacpp"].source
+    assert costs_of(got, "llamacpp").cpu_bytes_per_s == pytest.approx(1.3 * costs_of(m, "llamacpp").cpu_bytes_per_s, rel=1e-3)
+    said = got.sources["peers.llamacpp.cpu_bytes_per_s"]
+    assert "1.300" in said and "test" in said
     with pytest.raises(InputError, match="says nothing of this host's CPU"):
         calibrate_host(LLAMA6, m, recs[2:], "test")
     with pytest.raises(InputError, match="no generation test"):
@@ -1111,7 +1118,7 @@ def test_calibrate_peer_cli_writes_a_profile_that_simulate_uses(tmp_path, capsys
     text = capsys.readouterr().out
     assert "0.800x" in text and str(out) in text
     prof = load_machine(str(out))
-    assert prof.peers["llamacpp"].cpu_bytes_per_s == pytest.approx(0.8 * m.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
+    assert costs_of(prof, "llamacpp").cpu_bytes_per_s == pytest.approx(0.8 * costs_of(m, "llamacpp").cpu_bytes_per_s, rel=1e-3)
     # 1.1 GiB of VRAM holds llama.cpp at -ngl 0 (its compute buffer for 34 tokens: the output's 1.05 GB copy, the
     # logits and a query's copy, 1.03 GiB) but not the output on the GPU with a block's copies beside it (1.12 GiB):
     # its own placement is -ngl 0, the benchmarked setting, and the profile predicts what the host measured (the
@@ -1153,7 +1160,7 @@ def test_llamacpp_fit_places_layers_in_what_its_context_reserves():
     from hwmodels.presets import load_machine
     from sim.costs.memory import memory_use
     from sim.plan import Budgets, Workload
-    from sim.engines.placements import llamacpp
+    from sim.engines.llamacpp.placement import llamacpp
     from sim.engines.llamacpp.layout import llamacpp_ngl
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=128, new_tokens=8)
@@ -1234,7 +1241,7 @@ def test_llamacpp_prefill_pays_the_pinned_split_cost_for_pinned_weights_only():
     from sim.run.simulate import fast_simulate
     from validate.peer_calibration import with_peer
     m = load_machine("h200-testbox")
-    spec = m.peers["llamacpp"]
+    spec = costs_of(m, "llamacpp")
     w = Workload(batch=1, prompt_tokens=128, new_tokens=1)
     b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=100 * 2**30)
     plans = {mapped: llamacpp_ngl(LLAMA6, m, w, b, 3, mapped=mapped) for mapped in (True, False)}
@@ -1305,14 +1312,14 @@ def test_llamacpp_gpu_decode_pays_per_routed_expert_of_each_gpu_block():
     w = Workload(batch=1, prompt_tokens=64, new_tokens=9)
 
     def times(x, n_cpu_moe=0):
-        mm = with_peer(m, "llamacpp", m.peers["llamacpp"].model_copy(update={"gpu_moe_expert_s": x}))
+        mm = with_peer(m, "llamacpp", costs_of(m, "llamacpp").model_copy(update={"gpu_moe_expert_s": x}))
         s = fast_simulate(shape, mm, llamacpp_ngl(shape, m, w, b, 5, n_cpu_moe), w, b)
         return s["time_per_token_s"], s["ttft_s"]
     (tpot0, _), (tpot1, _) = times(0.0), times(1e-4)
     assert tpot1 - tpot0 == pytest.approx(1e-4 * 8 * 4, rel=1e-6)
     assert times(1e-4, 2)[0] - times(0.0, 2)[0] == pytest.approx(1e-4 * 8 * 2, rel=1e-6)
     prefill = Workload(batch=1, prompt_tokens=64, new_tokens=1)
-    mm = [with_peer(m, "llamacpp", m.peers["llamacpp"].model_copy(update={"gpu_moe_expert_s": x})) for x in (0, 1e-4)]
+    mm = [with_peer(m, "llamacpp", costs_of(m, "llamacpp").model_copy(update={"gpu_moe_expert_s": x})) for x in (0, 1e-4)]
     p = llamacpp_ngl(shape, m, prefill, b, 5)
     first = [fast_simulate(shape, x, p, prefill, b)["ttft_s"] for x in mm]
     assert first[1] == pytest.approx(first[0], rel=1e-12)  # the prompt's step: not charged
@@ -1333,7 +1340,7 @@ def test_calibrate_peer_on_a_machine_without_llama_cpp_costs_starts_from_the_mea
     assert "measure them with offloadsim calibrate-peer" in capsys.readouterr().out
     laptop, h200 = load_machine("rtx3080-laptop"), load_machine("h200-testbox")
     from validate.peer_calibration import with_peer
-    recs = _bench_records(LLAMA6, with_peer(laptop, "llamacpp", h200.peers["llamacpp"]), 0.5, ngls=(0,))
+    recs = _bench_records(LLAMA6, with_peer(laptop, "llamacpp", costs_of(h200, "llamacpp")), 0.5, ngls=(0,))
     bench, out = tmp_path / "bench.json", tmp_path / "laptop.json"
     bench.write_text(json.dumps(recs))
     assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--profile", "rtx3080-laptop", "--out",
@@ -1341,8 +1348,8 @@ def test_calibrate_peer_on_a_machine_without_llama_cpp_costs_starts_from_the_mea
     rep = json.loads(capsys.readouterr().out)
     assert rep["host_cpu_scale"] == pytest.approx(0.5, rel=1e-3) and "h200-testbox preset" in rep["source"]
     got = load_machine(str(out))
-    assert got.gpu == laptop.gpu and got.peers["llamacpp"].cpu_bytes_per_s == pytest.approx(
-        0.5 * h200.peers["llamacpp"].cpu_bytes_per_s, rel=1e-3)
+    assert got.gpu == laptop.gpu and costs_of(got, "llamacpp").cpu_bytes_per_s == pytest.approx(
+        0.5 * costs_of(h200, "llamacpp").cpu_bytes_per_s, rel=1e-3)
     assert main([*argv, "--machine", str(out)]) == 0
     assert "not measured" not in capsys.readouterr().out
 
@@ -1357,7 +1364,7 @@ def test_llamacpp_head_after_cpu_layers_streams_faster_on_a_dense_model_only():
     from sim.run.simulate import fast_simulate
     from validate.peer_calibration import with_peer
     m = load_machine("h200-testbox")
-    spec = m.peers["llamacpp"]
+    spec = costs_of(m, "llamacpp")
     w = Workload(batch=1, prompt_tokens=1, new_tokens=9)
     b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
     for shape, moves in ((LLAMA6, True), (shape_from_config(MOE_CFG), False)):
@@ -1380,7 +1387,7 @@ def test_llamacpp_prompt_step_pays_its_own_split_cost_and_decode_steps_the_fitte
     from sim.run.simulate import fast_simulate
     from validate.peer_calibration import with_peer
     m = load_machine("h200-testbox")
-    spec = m.peers["llamacpp"]
+    spec = costs_of(m, "llamacpp")
     b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=0)
 
     def sim(w, **update):
@@ -1468,7 +1475,7 @@ def test_module_cleanup_reports_a_failed_interpreter(tmp_path):
     """A config transformers cannot build: the fresh interpreter fails, and the measurement says why, in one line,
     instead of stopping calibrate (the profile then keeps the preset's AirLLM cost); the config file is removed."""
     pytest.importorskip("transformers")
-    from validate.module_cleanup import module_cleanup
+    from sim.engines.airllm.cleanup import module_cleanup
     got = module_cleanup({"model_type": "no-such-architecture"}, tmp_path)
     assert set(got) == {"error"} and "\n" not in got["error"] and got["error"]
     assert not list(tmp_path.iterdir())
@@ -1487,7 +1494,7 @@ def test_llamacpp_cpu_range_scales_its_own_cpu_speed(toy_machine):
     grids = tuple(g.model_copy(update={"spread": 0.2}) if g.device == "cpu" else g for g in grids)
     machine = toy_machine.model_copy(update={"compute_grids": grids})
     m, plan = _llamacpp_of(model, machine, ["ram_pageable", "vram", "vram"],
-                           PeerSpec(cpu_bytes_per_s=2.0, cpu_op_s=0.01))
+                           LlamacppCosts(gpu_dispatch="eager", cpu_bytes_per_s=2.0, cpu_op_s=0.01))
     assert fast_simulate(model, m, plan, W, BIG)["time_per_token_s"] == pytest.approx(3.19)
     k = 1.6448536 * math.sqrt(4 / 3) * math.sqrt(math.pi) / 3
     lo, hi = cpu_range(model, m, plan, W, BIG)["time_per_token_s"]
@@ -1503,7 +1510,7 @@ def test_airllm_loader_wait_hand_worked():
     longer than that leaves no wait; the embedding and the head (one matrix each) never wait."""
     from hwmodels.presets import load_machine
     from sim.model.families import shape_from_config
-    from sim.run.schedule import airllm_loader_wait_s
+    from sim.engines.airllm.loader import airllm_loader_wait_s
     cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
            "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 1024,
            "torch_dtype": "bfloat16"}
@@ -1526,7 +1533,7 @@ def test_airllm_cold_loader_wait_hand_worked():
     of a request waits for its whole read: 121,643,008 / 2 GB/s = 60.8215 ms. The head (one 1024 x 2048 matrix and
     the final norm: 4,198,400 bytes) is the tensor in flight: 2.5190 ms, past a 1 ms collection by 1.5190 ms."""
     from hwmodels.presets import load_machine
-    from sim.run.schedule import airllm_loader_wait_s
+    from sim.engines.airllm.loader import airllm_loader_wait_s
     cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
            "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 1024,
            "torch_dtype": "bfloat16"}
@@ -1552,13 +1559,13 @@ def test_airllm_cold_reads_are_waited_for_in_the_first_step():
     the later steps of both runs are alike, and the SimPy timeline gives the fast evaluator's times."""
     from hwmodels.presets import load_machine
     from sim.run.items import GPU_LOAD
-    from sim.run.schedule import airllm_loader_wait_s
+    from sim.engines.airllm.loader import airllm_loader_wait_s
     cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
            "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 3, "vocab_size": 4096,
            "torch_dtype": "bfloat16"}
     shape = shape_from_config(cfg)
     m = load_machine("h200-testbox")
-    cleanup = m.peers["airllm"].load_unit_s
+    cleanup = costs_of(m, "airllm").load_unit_s
     w_cold = Workload(batch=1, prompt_tokens=16, new_tokens=3, warm=False)
     plan = POLICIES["airllm"](shape, m, w_cold, BIG)
     cold, warm = (build_schedule(shape, m, plan, w, BIG) for w in (w_cold, w_cold.model_copy(update={"warm": True})))
@@ -1600,7 +1607,7 @@ def test_airllm_does_not_pin_a_module_over_its_limit():
     bytes) is pinned as before."""
     from hwmodels.presets import load_machine
     from sim.costs.equations import copy_time_s
-    from sim.run.schedule import AIRLLM_PIN_LIMIT_BYTES, airllm_pins
+    from sim.engines.airllm.loader import AIRLLM_PIN_LIMIT_BYTES, airllm_pins
     shape = shape_from_config(dict(preset_config("llama-3.1-405b"), num_hidden_layers=1))
     m = load_machine("h200-testbox")
     m = m.model_copy(update={"storage": m.storage.model_copy(update={"cold_read_bytes_per_s": 2e9})})
@@ -1616,7 +1623,7 @@ def test_airllm_does_not_pin_a_module_over_its_limit():
     warm = build_schedule(shape, m, plan, cold.model_copy(update={"warm": True}), big)
     assert warm.unpack_s[dec] == 0.0
     assert warm.copy_s[dec] == pytest.approx(copy_time_s(6_375_407_616, m, pinned=False))
-    cleanup = m.peers["airllm"].load_unit_s
+    cleanup = costs_of(m, "airllm").load_unit_s
     assert warm.overhead_s[dec] == pytest.approx(cleanup)
     sch = build_schedule(shape, m, plan, cold, big)
     assert sch.fault_s[dec] == pytest.approx(3.1877, abs=1e-4)
@@ -1629,7 +1636,7 @@ def test_tiers_from_device_map_reads_heads_and_refuses_what_it_cannot_model():
     the head unit also holds, went to the CPU; the head unit is read from `lm_head`. A map naming a second GPU or
     missing a module is refused in one sentence."""
     from hwmodels.units import InputError
-    from planner.export import tiers_from_device_map
+    from sim.engines.accelerate.export import tiers_from_device_map
     dm = {"model.embed_tokens": "0", "lm_head": "0", **{f"model.layers.{i}": "0" for i in range(6)},
           **{f"model.layers.{i}": "cpu" for i in range(6, 16)}, "model.norm": "cpu", "model.rotary_emb": "cpu"}
     t = tiers_from_device_map(TIED, dm)
@@ -1648,7 +1655,7 @@ def test_llamacpp_fit_counts_what_the_simulator_prices():
     from hwmodels.presets import load_machine
     from validate.peer_calibration import features, predict
     m = load_machine("h200-testbox")
-    spec = m.peers["llamacpp"].model_copy(update={"cpu_op_s": 1e-5})
+    spec = costs_of(m, "llamacpp").model_copy(update={"cpu_op_s": 1e-5})
     params = ("cpu_op_s", "cpu_row_s", "cpu_mm_attention_s", "gpu_op_s", "gpu_mm_attention_s", "gpu_row_s",
               "gpu_multi_row_s")
     d = 1e-6

@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from sim.engines import costs_of, engine_names, with_costs
 from offloadsim.cli import main
 from sim.plan import Plan
 
@@ -23,7 +24,8 @@ def check_engines_block(data: dict, engine: str) -> None:
     assert set(data["engines"]) == set(ENGINES)
     assert data["engines"][engine]["time_per_token_s"] == pytest.approx(data["time_per_token_s"])
     best = data["engines"]["offloadsim"]["time_per_token_s"]
-    own_kernels = {n for n, p in get_machine(BASE[BASE.index("--machine") + 1]).peers.items() if p.cpu_bytes_per_s}
+    base = get_machine(BASE[BASE.index("--machine") + 1])
+    own_kernels = {n for n in engine_names() if getattr(costs_of(base, n), "cpu_bytes_per_s", None)}
     for name, row in data["engines"].items():  # offloadsim's planner can run every peer's placement: never slower
         if name in own_kernels:  # than a peer on the same torch kernels; one with its own CPU kernels may win
             continue
@@ -151,9 +153,9 @@ def test_llamacpp_plan_says_which_build_it_prices():
     b = Budgets.of(m).model_copy(update={"vram_bytes": 8 * 2**30})
     fa = plan_for_engine("llamacpp", model, m, w, b)
     assert any("with its CUDA flash-attention kernels" in n and "flash_attention = false" in n for n in fa.notes)
-    spec = m.peers["llamacpp"]
+    spec = costs_of(m, "llamacpp")
     assert spec.flash_attention and spec.gpu_mm_attention_s > 0
-    no_fa = m.model_copy(update={"peers": {**m.peers, "llamacpp": spec.model_copy(update={"flash_attention": False})}})
+    no_fa = with_costs(m, "llamacpp", spec.model_copy(update={"flash_attention": False}))
     mm = plan_for_engine("llamacpp", model, no_fa, w, b)
     assert any("without its CUDA flash-attention kernels" in n and "flash_attention = true" in n for n in mm.notes)
     kinds = {u.name: u.kind for u in model.units}

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hwmodels import get_machine
 from planner import plan, plan_with_report
-from planner.export import to_accelerate, to_llamacpp
+from sim.engines.accelerate.export import to_accelerate
+from sim.engines.llamacpp.export import to_llamacpp
 from planner.evaluator import Evaluator
 from planner.choices import OPTIONS
 from planner.search import LOADER_SETTINGS

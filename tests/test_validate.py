@@ -92,7 +92,7 @@ def test_every_tier_is_bit_exact(ckpt, store):
 def test_full_loop_cli(ckpt, tmp_path, capsys):
     prof = tmp_path / "profile.json"
     assert main(["calibrate", "--quick", "--base", "rtx3080-laptop", "--model", str(ckpt / "config.json"),
-                 "--dir", str(tmp_path), "--out", str(prof)]) == 0
+                 "--dir", str(tmp_path), "--out", str(prof), "--peer", "airllm", "--peer", "accelerate"]) == 0
     data = json.loads(prof.read_text())
     assert data["calibration"]["method"] and data["calibration"]["date"] and data["machine"]["storage"]["cold_read_bytes_per_s"] > 0
     # AirLLM's cleanup after each module, timed in a fresh process holding transformers and the model on meta: a
@@ -198,7 +198,7 @@ def test_engine_runs_any_plan_the_simulator_accepts_as_simulated(wide):
 def test_hook_cost_takes_each_runs_fastest_round():
     """(RAM run, disk run, reads inside it) a token: the fastest RAM run (10) and the disk run with the least time
     outside its reads (25 - 6 = 19) give 19 - 10 = 9; a round slowed by load (500) changes nothing."""
-    from validate.hook_cost import hook_cost_per_token
+    from sim.engines.accelerate.hook_cost import hook_cost_per_token
     est = hook_cost_per_token([(10.0, 30.0, 5.0), (12.0, 25.0, 6.0), (500.0, 40.0, 4.0)])
     assert est == {"hook_s": 9.0, "ram_s": 10.0, "disk_s": 25.0, "reads_s": 6.0}
 
@@ -206,7 +206,7 @@ def test_hook_cost_takes_each_runs_fastest_round():
 def test_hook_cost_too_noisy_is_refused_not_zero():
     """A disk run net of its reads no slower than the RAM run (noise above the hooks' cost) is an error naming why,
     which calibrate records while the profile keeps the preset's value, never a hook cost of 0."""
-    from validate.hook_cost import hook_cost_per_token
+    from sim.engines.accelerate.hook_cost import hook_cost_per_token
     for rounds in ([(1.0, 2.0, 1.0)], [(1.0, 2.0, 0.5), (3.0, 1.5, 0.75)]):
         est = hook_cost_per_token(rounds)
         assert set(est) == {"error"} and "too noisy" in est["error"]
@@ -216,7 +216,7 @@ def test_hook_cost_without_accelerate_says_so(monkeypatch):
     """Without accelerate installed, calibrate records why Accelerate's hook cost was not measured (the profile keeps
     the preset's value) instead of failing."""
     import importlib.util
-    from validate import hook_cost
+    from sim.engines.accelerate import hook_cost
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "accelerate" else real(n, *a))
     assert hook_cost.hook_module_s() == {"error": "accelerate not installed: Accelerate's hook cost not measured"}

@@ -20,8 +20,7 @@ from tqdm import tqdm
 
 from hwmodels.presets import load_machine
 from sim.analysis.interval import CALIBRATE_ROUNDS  # the prediction interval reads a grid's spread as that many draws
-from validate.hook_cost import hook_module_s
-from validate.module_cleanup import module_cleanup
+from sim.engines import engine_of
 from validate.store import drop_cache
 from validate.store import CHUNK, decompress_into, _planes
 from sim.model.families import shape_from_config
@@ -87,7 +86,6 @@ def storage(folder: Path, nbytes: int, sizes=(MiB, 16 * MiB)) -> dict:
         out["cold_read_bytes_per_s"] = out["cold_read_whole_bytes_per_s"]
         out["cache_read_bytes_per_s"] = out["warm_read_whole_bytes_per_s"]
         out["map_touch_bytes_per_s"] = map_touch(path, nbytes)
-        out["offload_tensor_s"], out["offload_header_entry_s"] = offload_open(folder)
     finally:
         path.unlink(missing_ok=True)
     return out
@@ -102,47 +100,6 @@ def map_touch(path: Path, nbytes: int) -> float:
         int(m[::4096].sum())
         del m
     return nbytes / _best(once)
-
-
-def safetensors_tensor_s(folder: Path, tensors: int = 64, nbytes: int = MiB, passes: int = 3) -> float:
-    """Seconds per tensor that Accelerate's disk offload pays at every forward beyond the pages' map cost
-    (host_memory.map_touch_bytes_per_s): accelerate/utils/offload.py OffloadedWeightsLoader opens the safetensors
-    file and parses its header for each tensor, and get_tensor returns a view of a fresh private map of the whole
-    file, unmapped when the hook frees the weight. Timed as that, the view summed by torch's threads and released,
-    less the same sum of a tensor already in memory; median over `passes` passes of a file of `tensors` tensors."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-    path = folder / ".calib-offload.safetensors"
-    save_file({f"t{i}": torch.ones(nbytes // 2, dtype=torch.bfloat16) for i in range(tensors)}, str(path))
-    try:
-        resident = torch.ones(nbytes // 2, dtype=torch.bfloat16)
-        times = []
-        for _ in range(passes):
-            for i in range(tensors):
-                t = time.perf_counter()
-                with safe_open(str(path), framework="pt", device="cpu") as f:
-                    w = f.get_tensor(f"t{i}")
-                float(w.sum())
-                del w
-                mid = time.perf_counter()
-                float(resident.sum())
-                times.append((mid - t) - (time.perf_counter() - mid))
-        return max(float(np.median(times)), 0.0)
-    finally:
-        path.unlink(missing_ok=True)
-
-
-def offload_open(folder: Path, sizes: tuple[int, ...] = (16, 64, 256), rounds: int = 3,
-                 timer=safetensors_tensor_s) -> tuple[float, float]:
-    """(seconds per tensor, seconds per header entry of its file): the per-tensor open timed on files of `sizes`
-    tensors, interleaved over `rounds` (the host's speed drifts within minutes), as a line in the header's size (its
-    JSON is parsed at every open), fitted by Theil-Sen (one slow pass cannot tilt it: one line from two files, as
-    before, measured 2.03 us an entry in call N against 0.65-1.21 in the other calls J-R)."""
-    from scipy.stats import theilslopes
-    points = [(n, timer(folder, n, passes=1)) for _ in range(rounds) for n in sizes]
-    slope, intercept = theilslopes([t for _, t in points], [n for n, _ in points])[:2]
-    slope = max(float(slope), 0.0)
-    return max(float(intercept) if slope > 0 else float(np.median([t for _, t in points])), 0.0), slope
 
 
 def memcpy(nbytes: int) -> float:
@@ -305,10 +262,11 @@ def cpu_grids(config: dict, machine, grid: dict, rounds: int) -> list:
     return [g for got in per.values() for g in median_grids(got)]
 
 
-def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eager: bool = True) -> dict:
+def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eager: bool = True,
+             peers: tuple[str, ...] = ()) -> dict:
     m = load_machine(base)
-    steps = ["storage", "memcpy", "pin", "link", "codec", "roofline", "grid-gpu", "grid-cpu", "contention", "cleanup",
-             "hooks"]
+    steps = ["storage", "memcpy", "pin", "link", "codec", "roofline", "grid-gpu", "grid-cpu", "contention",
+             *(f"peer:{name}" for name in peers)]
     meas: dict = {}
     size = 64 * MiB if quick else 1024 * MiB
     link_sizes = (MiB, 16 * MiB, 128 * MiB) if quick else (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB)
@@ -340,10 +298,11 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eag
                 meas["grids"] += [g.model_dump() for g in cpu_grids(config, m, cpu_grid, CPU_ROUNDS)]
             elif step == "contention":
                 meas["contention"] = contention(config, m, cuda) if cuda else None
-            elif step == "cleanup":
-                meas["module_cleanup"] = module_cleanup(config, folder)
-            elif step == "hooks":
-                meas["accelerate_hooks"] = hook_module_s(folder, rounds=3 if quick else 8)
+            elif step.startswith("peer:"):  # an engine's own costs (Engine.calibrate, in its package)
+                name = step.split(":", 1)[1]
+                got, values = engine_of(name).calibrate(folder, config, quick)
+                meas.update(got)
+                meas.setdefault("peer_values", {}).update({f"peers.{name}.{k}": v for k, v in values.items()})
     return meas
 
 
@@ -419,16 +378,11 @@ def _overrides(m, meas: dict, cuda: bool) -> dict:
             "host_memory.memcpy_bytes_per_s": meas["memcpy_bytes_per_s"],
             "host_memory.first_touch_bytes_per_s": meas["first_touch_bytes_per_s"],
             "host_memory.map_touch_bytes_per_s": st["map_touch_bytes_per_s"],
-            "peers.accelerate.disk_tensor_s": st["offload_tensor_s"],
-            "peers.accelerate.disk_header_entry_s": st["offload_header_entry_s"],
             "cpu.unpack_bytes_per_s_per_thread": {"zstd": unpack_total / unpack_n},
             "cpu.unpack_threads": unpack_n,
             "gpu.kernel_overhead_s": overhead,
             "gpu.bf16_flops_per_s": max(comp["prefill_flops_per_s"], 1.0)}
-    if "cleanup_s" in meas["module_cleanup"]:  # else the preset's value stays (the error is in the measurements)
-        over["peers.airllm.load_unit_s"] = meas["module_cleanup"]["cleanup_s"]
-    if "hook_module_s" in meas.get("accelerate_hooks", {}):  # else (accelerate not installed) the preset's
-        over["peers.accelerate.hook_module_s"] = meas["accelerate_hooks"]["hook_module_s"]
+    over.update(meas.get("peer_values", {}))  # the engines' costs timed (calibrate --peer), each its package's
     graph = _graph_overhead(meas.get("grids", []), m, comp["layer_launches"]) if cuda else None
     if graph is not None:
         over["gpu.graph_kernel_overhead_s"] = graph
@@ -456,14 +410,16 @@ def _overrides(m, meas: dict, cuda: bool) -> dict:
     return over
 
 
-def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: bool = True) -> dict:
+def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: bool = True,
+              peers: tuple[str, ...] = ()) -> dict:
     """Measure and return {'machine': MachineSpec dump, 'calibration': {...}}. On a machine without CUDA the CPU
     plays the GPU: its grids are stored as the 'gpu' device, and the link is a host copy. `eager`: also time the GPU
-    grid with eager launches (what the peer engines pay; not needed to validate offloadsim's own engine)."""
+    grid with eager launches (what the peer engines pay; not needed to validate offloadsim's own engine). `peers`:
+    the engines whose own costs are timed too (Engine.calibrate; none by default)."""
     cuda = torch.cuda.is_available()
     # the engine times a tied head as its own matrix: the same bytes and work per unit (it refuses tied checkpoints)
     config = dict(config, tie_word_embeddings=False)
-    meas = _measure(base, folder, config, quick, cuda, eager)
+    meas = _measure(base, folder, config, quick, cuda, eager, tuple(peers))
     meas["config"] = config
     m = load_machine(base)
     over = _overrides(m, meas, cuda)
@@ -482,9 +438,8 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: 
         "method": "offloadsim calibrate: file reads after posix_fadvise(DONTNEED) (cold) and again (warm); numpy "
                   "memcpy; pinned allocation; torch pinned/pageable copies by size; zstd byte-plane decode; compute "
                   "grids timed inside the engine (batch x prompt, batch x context; validate/compute_grid.py); CPU "
-                  "decoder time beside copies (contention); AirLLM's cleanup after each module in a fresh process "
-                  "(validate/module_cleanup.py); Accelerate's offload hooks per module (validate/hook_cost.py); "
-                  "roofline fallback fitted from a synchronised layer",
+                  "decoder time beside copies (contention); roofline fallback fitted from a synchronised layer" +
+                  "".join(f"; {engine_of(n).label}'s costs ({engine_of(n).calibration_method})" for n in peers),
         "base_preset": base, "cuda": cuda, "torch": torch.__version__,
-        "measurements": {k: v for k, v in meas.items() if k not in ("grids", "config")},
+        "measurements": {k: v for k, v in meas.items() if k not in ("grids", "config", "peer_values")},
         "kept_from_preset": kept_from_preset(machine.model_dump(), set(over))}}

@@ -18,7 +18,9 @@ import math
 import statistics
 from pathlib import Path
 
-from hwmodels.specs import MachineSpec, PeerSpec
+from hwmodels.specs import MachineSpec
+from sim.engines import costs_of
+from sim.engines.llamacpp.costs import LlamacppCosts
 from hwmodels.units import InputError
 from sim.plan import Budgets, Plan, Workload
 from sim.engines.llamacpp.layout import llamacpp_ngl
@@ -57,7 +59,7 @@ def mapped_of(args: list[str], rec: dict | None = None) -> bool:
 
 
 def flash_attn_of(rec: dict) -> str:
-    """A llama-bench record's -fa as PeerSpec.flash_attn: its flash_attn field holds -1 for auto (the default), 0 for
+    """A llama-bench record's -fa as LlamacppCosts.flash_attn: its flash_attn field holds -1 for auto (the default), 0 for
     off, 1 for on."""
     return {0: "off", 1: "on"}.get(rec.get("flash_attn"), "auto")
 
@@ -134,13 +136,13 @@ def read_records(path: Path) -> list[dict]:
     return data
 
 
-def _base_spec(machine: MachineSpec) -> tuple[PeerSpec, str]:
+def _base_spec(machine: MachineSpec) -> tuple[LlamacppCosts, str]:
     """The machine's llama.cpp costs, or where it has no CPU speeds for llama.cpp the h200-testbox preset's (the
     engine's kernels as measured there), with a note saying so."""
-    spec = machine.peers.get("llamacpp")
-    if spec is not None and spec.cpu_bytes_per_s is not None:
+    spec = costs_of(machine, "llamacpp")
+    if spec.cpu_bytes_per_s is not None:
         return spec, ""
-    return load_machine("h200-testbox").peers["llamacpp"], "llama.cpp's costs of the h200-testbox preset, "
+    return costs_of(load_machine("h200-testbox"), "llamacpp"), "llama.cpp's costs of the h200-testbox preset, "
 
 
 def calibrate_host(shape: ModelShape, machine: MachineSpec, records: list[dict],
@@ -173,15 +175,16 @@ def calibrate_host(shape: ModelShape, machine: MachineSpec, records: list[dict],
         raise InputError(f"bench: this host's CPU runs llama.cpp {scale:.2f}x as fast as the profile's, at the "
                          f"edge of what one factor can stand for ({lo} to {hi}); calibrate the machine first "
                          "(offloadsim calibrate) or check that the model file is the one benchmarked.")
-    scaled = host_scaled(spec, scale).model_copy(update={"source": (
-        f"[M] measured: {note}their CPU speeds scaled by {scale:.3f} to this host, fitted on {len(held)} llama-bench "
-        f"generation tests ({', '.join(r.label for r in held)}) of {shape.name} by offloadsim calibrate-peer "
-        f"(validate/llamacpp_bench.py) from {source}")})
+    scaled = host_scaled(spec, scale)
+    said = (f"[M] measured: {note}their CPU speeds scaled by {scale:.3f} to this host, fitted on {len(held)} "
+            f"llama-bench generation tests ({', '.join(r.label for r in held)}) of {shape.name} by offloadsim "
+            f"calibrate-peer (validate/llamacpp_bench.py) from {source}")
     m1 = with_peer(machine, "llamacpp", scaled)
+    m1 = m1.model_copy(update={"sources": {**m1.sources, **{f"peers.llamacpp.{k}": said for k in m1.peers["llamacpp"]}}})
     rows = [{"run": r.label, "tokens": rec["n_gen"], "measured_s": r.measured_tpot_s,
              "before_s": predict(shape, m0, r)["time_per_token_s"],
              "after_s": predict(shape, m1, r)["time_per_token_s"], "used": r in held} for rec, r in zip(gen, runs)]
-    return m1, {"engine": "llamacpp", "host_cpu_scale": scale, "runs": rows, "source": scaled.source,
+    return m1, {"engine": "llamacpp", "host_cpu_scale": scale, "runs": rows, "source": said,
                 "repeats": repeats(gen, runs)}
 
 

@@ -1,6 +1,6 @@
 """A peer engine's host costs (machine.peers) fitted on measured runs of the real engine.
 
-The engine model (sim/engines/placements.py for the placement, sim/run/schedule.py for the costs) predicts each run from the
+The engine model (its package under sim/engines: the placement and the schedule hooks) predicts each run from the
 machine profile with the peer's costs at zero; what the real engine took beyond that is, per token, a non-negative
 combination of the peer's cost parameters times how often the run pays each (per step, per module loaded, per unit
 loaded), solved by non-negative least squares (scipy.optimize.nnls) over the calibration runs. Runs not used here
@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from hwmodels.specs import MachineSpec, PeerSpec
+from hwmodels.specs import MachineSpec
 from sim.plan import Budgets, Plan, Workload
 from sim.costs.compute import matrix_rows
-from sim.run.schedule import airllm_modules, cpu_stream_bytes_per_s, ggml_flash_attention, graph_warmup_steps
+from sim.engines import costs_of, with_costs
+from sim.engines.airllm.loader import airllm_modules
+from sim.engines.base import Costs
+from sim.engines.llamacpp.costs import LlamacppCosts
+from sim.engines.llamacpp.graphs import cpu_stream_bytes_per_s, ggml_flash_attention, graph_warmup_steps
 from sim.model.shapes import (ATTENTION_KINDS, GGML_MOE_WEIGHTS, ModelShape, ggml_moe_ops, ggml_ops, ggml_weights,
                         param_modules)
 from sim.run.simulate import fast_simulate
@@ -44,21 +48,22 @@ class PeerRun:
     peer_update: dict = field(default_factory=dict)  # how the engine that ran differs, e.g. its build's kernels
 
 
-def with_peer(machine: MachineSpec, engine: str, spec: PeerSpec) -> MachineSpec:
-    return machine.model_copy(update={"peers": {**machine.peers, engine: spec}})
+def with_peer(machine: MachineSpec, engine: str, spec: Costs) -> MachineSpec:
+    """The machine with `engine`'s costs replaced by `spec` (sim.engines.with_costs)."""
+    return with_costs(machine, engine, spec)
 
 
 def predict(model: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
-    peer = machine.peers.get(run.plan.engine)
+    peer = costs_of(machine, run.plan.engine)
     update = dict(run.peer_update)
-    if run.graphs_warm and peer is not None and peer.gpu_graph_warmup_op_s:
+    if run.graphs_warm and getattr(peer, "gpu_graph_warmup_op_s", 0.0):
         update["gpu_graph_warmup_op_s"] = 0.0
     if update and peer is not None:
         machine = with_peer(machine, run.plan.engine, peer.model_copy(update=update))
     return fast_simulate(model, machine, run.plan, run.workload, run.budgets)
 
 
-def features(model: ModelShape, run: PeerRun, params: tuple[str, ...], spec: PeerSpec | None = None) -> np.ndarray:
+def features(model: ModelShape, run: PeerRun, params: tuple[str, ...], spec: Costs | None = None) -> np.ndarray:
     """How many times per token the run pays each parameter, as sim.run.schedule prices it; `spec`: the peer's costs
     the run is priced with (its flash-attention settings, PeerRun.peer_update over them), the defaults if none."""
     t = run.plan.tiers()
@@ -71,8 +76,9 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...], spec: Pee
     decode = bool(np.isfinite(run.measured_tpot_s))  # a prompt test's one step is many tokens
     multi = tokens > 1  # sim.costs.compute.gpu_compute_s: any decode step of several sequences
     offload = run.plan.gpu_offload_min_tokens is not None and tokens >= run.plan.gpu_offload_min_tokens
-    peer = (spec or PeerSpec()).model_copy(update=run.peer_update)
-    fused = ggml_flash_attention(model, run.plan, peer.flash_attention, peer.flash_attn)
+    peer = (spec or LlamacppCosts()).model_copy(update=run.peer_update)
+    fused = ggml_flash_attention(model, run.plan, getattr(peer, "flash_attention", True),
+                                 getattr(peer, "flash_attn", "auto"))
     # what the CPU computes on a step: at offload's step sizes ggml multiplies the CPU-held weights on the GPU
     on_cpu = [u for u in model.units if t[u.name].compute == "cpu" and not (offload and u.kind != "embedding")]
     on_gpu = [u for u in model.units if u not in on_cpu]
@@ -120,7 +126,7 @@ MEASURED_BY_SOME = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s", "gp
                     "gpu_graph_warmup_op_s", "gpu_mm_attention_s", "cpu_mm_attention_s")
 
 
-def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: PeerSpec,
+def rate_bytes(model: ModelShape, plan: Plan, machine: MachineSpec, spec: Costs,
                batch: int = 1) -> dict[str, float]:
     """Bytes per decode step of `batch` sequences the plan's CPU units stream at each of the peer's CPU speeds
     (sim.run.schedule's choice: memory, the last-level cache, the head's own); none on a step that ggml offloads (the
@@ -153,26 +159,28 @@ def multiply_start(runs: list[tuple[ModelShape, MachineSpec, PeerRun]], start: d
 
 
 def identifiable(params: tuple[str, ...], runs: list[tuple[ModelShape, MachineSpec, PeerRun]],
-                 spec: PeerSpec) -> tuple[str, ...]:
+                 spec: Costs) -> tuple[str, ...]:
     """`params` less the speed from the CPU's last-level cache when no run's CPU weights fit in it, the head's own
     speed when no run computes the head on the CPU from memory after CPU layers (nothing would measure it: it stays
     absent, and the memory speed holds for every plan), and the costs of several sequences decoded together when no
     run decodes several (MEASURED_BY_SOME: they keep their defaults)."""
-    seen = {p for model, m, r in runs for p, b in rate_bytes(model, r.plan, m, spec, r.workload.batch).items() if b > 0}
+    # an engine whose parameters hold neither (its costs have no CPU stream speeds) has nothing to drop
+    seen = {p for model, m, r in runs for p, b in rate_bytes(model, r.plan, m, spec, r.workload.batch).items() if b > 0} \
+        if set(params) & set(OPTIONAL_RATES) else set()
     paid = {p for model, m, r in runs for p, n in zip(MEASURED_BY_SOME, features(model, r, MEASURED_BY_SOME, spec))
-            if n}
+            if n} if set(params) & set(MEASURED_BY_SOME) else set()
     return tuple(p for p in params if (p not in OPTIONAL_RATES or p in seen)
                  and (p not in MEASURED_BY_SOME or p in paid))
 
 
-def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str) -> PeerSpec:
+def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]]) -> Costs:
     """The peer's parameters that best explain `runs` (relative error of what each measured, its time per token or
     its first token alone, least squares through the simulator): costs >= 0, started from the linear estimate on the
     per-token runs (residual = costs x counts + bytes / rates, the rates' inverses solved for); kernel scales >=
     0.05, started from 1; kernel rates > 0, started at the machine's CPU values where no run streams at them."""
-    cpu, spec0 = runs[0][1].cpu, runs[0][1].peers[engine]
+    cpu, spec0 = runs[0][1].cpu, costs_of(runs[0][1], engine)
     params = identifiable(PARAMS[engine], runs, spec0)
-    unmeasured = {p: PeerSpec.model_fields[p].default for p in PARAMS[engine]
+    unmeasured = {p: type(spec0).model_fields[p].default for p in PARAMS[engine]
                   if p in OPTIONAL_RATES + MEASURED_BY_SOME and p not in params}
     costs = tuple(p for p in params if p not in SCALES and p not in RATES)
     rates = tuple(p for p in params if p in RATES and p not in NONLINEAR)
@@ -196,7 +204,7 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
     x0 = np.array([start[p] for p in params])
     lower = np.array([0.05 if p in SCALES else 1e-6 * x0[i] if p in RATES else 0.0 for i, p in enumerate(params)])
 
-    def spec(x: np.ndarray) -> PeerSpec:
+    def spec(x: np.ndarray) -> Costs:
         return base.model_copy(update={p: float(v) for p, v in zip(params, x)})
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -204,7 +212,7 @@ def fit(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], source
         return np.array([predict(model, with_peer(m, engine, s), r)[measured(r)[0]] / measured(r)[1] - 1
                          for model, m, r in runs])
     res = least_squares(residuals, x0, bounds=(lower, np.inf), x_scale=np.maximum(x0, 1e-3), diff_step=1e-3)
-    return spec(res.x).model_copy(update={"source": source})
+    return spec(res.x)
 
 
 HOST_SCALE_BOUNDS = (0.25, 4.0)  # a host this much slower or faster than the one fitted: beyond, refit instead
@@ -216,10 +224,10 @@ def floor_pct(times: list[float]) -> float:
     return 100 * (max(times) - min(times)) / (max(times) + min(times))
 
 
-def host_scaled(spec: PeerSpec, scale: float) -> PeerSpec:
+def host_scaled(spec: LlamacppCosts, scale: float) -> LlamacppCosts:
     """The peer's costs on a host whose CPU runs the engine's kernels `scale` times as fast as the host they were
-    fitted on (PeerSpec.host_scaled)."""
-    return spec.host_scaled(scale)
+    fitted on (LlamacppCosts.scaled)."""
+    return spec.scaled(scale)
 
 
 def fit_scalar(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]], spec_of, bounds) -> float:
@@ -240,5 +248,5 @@ def fit_scalar(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]],
 def fit_host_scale(engine: str, runs: list[tuple[ModelShape, MachineSpec, PeerRun]]) -> float:
     """The CPU scale (host_scaled) that best explains `runs` of the real engine on this host (fit_scalar), bounded
     by HOST_SCALE_BOUNDS. Runs that keep nothing on the CPU do not move it: give at least one that does."""
-    spec0 = runs[0][1].peers[engine]
+    spec0 = costs_of(runs[0][1], engine)
     return fit_scalar(engine, runs, lambda x: host_scaled(spec0, x), HOST_SCALE_BOUNDS)

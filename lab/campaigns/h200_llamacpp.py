@@ -344,7 +344,7 @@ def exported(shape, machine, fraction: float, gen: int, batch: int = 1, prompt: 
     """`plan --engine llamacpp --export llamacpp` with a GPU budget of `fraction` of the weights, for `batch`
     sequences of `prompt` tokens each."""
     from planner.engines import plan_for_engine
-    from planner.export import to_llamacpp
+    from sim.engines.llamacpp.export import to_llamacpp
     from sim.plan import Budgets, Workload
     w = Workload(batch=batch, prompt_tokens=prompt, new_tokens=gen + 1)
     budgets = Budgets.of(machine, vram=int(fraction * shape.total_bytes))

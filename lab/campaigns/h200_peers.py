@@ -190,7 +190,7 @@ def airllm_job(path: Path) -> None:
 def exported_plan(shape, machine, w, vram: int, ram: int) -> dict:
     """What `offloadsim plan --engine accelerate --export accelerate` gives for these budgets."""
     from planner.engines import plan_for_engine
-    from planner.export import to_accelerate
+    from sim.engines.accelerate.export import to_accelerate
     from sim.plan import Budgets
     budgets = Budgets.of(machine, vram=vram, ram=ram)
     rep = plan_for_engine("accelerate", shape, machine, w, budgets)

@@ -206,7 +206,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/osp"))
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    from validate.calibrate import offload_open
+    from sim.engines.accelerate.disk_cost import offload_open
     from validate.checkpoint import make_checkpoint
     import accelerate
     import safetensors

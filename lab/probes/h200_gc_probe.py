@@ -1,7 +1,7 @@
 """Why AirLLM's cleanup took longer in its runs than `calibrate` timed it (lab/journal/peers.md, twenty-eighth session).
 
 AirLLM's time per token is one full garbage collection per module it streams; `calibrate` times that collection in a
-fresh interpreter holding the imports and the model on the meta device (validate/module_cleanup.py). In calls Q-V
+fresh interpreter holding the imports and the model on the meta device (sim/engines/airllm/cleanup.py). In calls Q-V
 the collections inside the runs took 1.05-1.33x what calibrate timed minutes before, with 2% more objects. This probe
 times the collection (`gc.collect` alone, as `cleanup_once` does it) in fresh interpreters at stages that add, one
 at a time, what AirLLM's process has beyond calibrate's:
@@ -81,7 +81,7 @@ def child(ckpt: Path, n: int, tokens: int) -> dict:
         out[name] = {"collect_s": collections(n), **census()}
         print(name, f"{statistics.median(out[name]['collect_s']):.4f}", out[name]["objects"], flush=True)
     stage("A meta model")
-    from validate.module_cleanup import cleanup_once
+    from sim.engines.airllm.cleanup import cleanup_once
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     turn = layer_cycle(meta, dev)
     times = []

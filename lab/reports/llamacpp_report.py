@@ -668,7 +668,7 @@ def main() -> None:
            f"({', '.join(r.label for _, _, r in cal)}) on the H200 test machine (lab/campaigns/h200_llamacpp.py, "
            "llamacpp_report.py)")
     # the costs fitted apart below start unmeasured, so the report depends on its inputs alone, not the preset's values
-    spec = fit("llamacpp", cal, src).model_copy(update={"gpu_moe_expert_s": 0.0, "gpu_offload_split_pinned_s": None,
+    spec = fit("llamacpp", cal).model_copy(update={"gpu_moe_expert_s": 0.0, "gpu_offload_split_pinned_s": None,
                                                         "gpu_offload_split_prompt_s": None})
     apart = {option: tuple(getattr(a, option) or ()) for option, *_ in APART}
     for option, field, bounds, test in APART:

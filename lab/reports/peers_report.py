@@ -12,6 +12,7 @@ Run: python lab/reports/peers_report.py lab/data/peers/peers-a.json [--json OUT]
      python lab/reports/peers_report.py lab/data/peers/peers-{n,o,p}.json --per-call  (each call's costs fitted on its
      own calibration runs, the held-out runs of all of them summarised together)
 """
+from sim.engines import costs_of
 from __future__ import annotations
 
 import argparse
@@ -21,10 +22,12 @@ import statistics
 from pathlib import Path
 
 from hwmodels.specs import MachineSpec
-from planner.export import tiers_from_device_map
+from sim.engines.accelerate.export import tiers_from_device_map
 from sim.plan import Budgets, Workload
-from sim.engines.placements import POLICIES, accelerate_map, accelerate_tiers
-from sim.run.schedule import airllm_loader_wait_s, build_schedule
+from sim.engines.placements import POLICIES
+from sim.engines.accelerate.placement import accelerate_map, accelerate_tiers
+from sim.engines.airllm.loader import airllm_loader_wait_s
+from sim.run.schedule import build_schedule
 from sim.model.shapes import ModelShape
 from validate.accuracy import peers as accuracy_peers
 from validate.peer_calibration import PeerRun, fit, predict, with_peer
@@ -101,7 +104,7 @@ def exported_runs(files: list[str], preset: str):
     (what calibrate measures of them taken from the profile)."""
     from hwmodels.presets import load_machine
     from sim.plan import Plan
-    costs = {"accelerate": load_machine(preset).peers["accelerate"]}
+    costs = {"accelerate": costs_of(load_machine(preset), "accelerate")}
     for f in files:
         for e in json.loads(Path(f).read_text())["archs"]:
             if "error" in e:
@@ -162,7 +165,7 @@ def airllm_phases(files: list[str]) -> None:
                 if not ph:
                     continue
                 per = {k: v["total_s"] / v["calls"] for k, v in ph.items() if v["calls"]}
-                own = with_peer(machine, "airllm", machine.peers["airllm"].model_copy(
+                own = with_peer(machine, "airllm", costs_of(machine, "airllm").model_copy(
                     update={"load_unit_s": per["clean_memory"]}))
                 err = 100 * (predict(shape, own, run)["time_per_token_s"] / run.measured_tpot_s - 1)
                 layer = max(u.nbytes for u in shape.units if u.kind == "decoder")
@@ -215,7 +218,7 @@ def main() -> None:
         if cal:
             src = (f"measured: fitted on {len(cal)} {engine} runs ({', '.join(r.label for _, _, r in cal)}) on the "
                    f"H200 test machine ({', '.join(group)}; lab/campaigns/h200_peers.py, peers_report.py)")
-            spec = fit(engine, cal, src)
+            spec = fit(engine, cal)
             print(engine, "fitted" + (f" ({group[0]})" if a.per_call else "") + ":",
                   {k: v for k, v in spec.model_dump().items() if isinstance(v, float) and v})
         specs.update({(engine, f): spec for f in group})
@@ -225,7 +228,7 @@ def main() -> None:
             measured = MEASURED[engine] if engine == "accelerate" or cleanup_measured(e) else ()
             spec = specs[engine, e["file"]]
             m = machine if spec is None else with_peer(machine, engine, spec.model_copy(
-                update={k: getattr(machine.peers[engine], k) for k in measured}))
+                update={k: getattr(costs_of(machine, engine), k) for k in measured}))
             s = predict(shape, m, run)
             err = 100 * (s["time_per_token_s"] / run.measured_tpot_s - 1)
             ttft_err = 100 * (s["ttft_s"] / run.measured_ttft_s - 1)

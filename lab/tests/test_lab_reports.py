@@ -3,14 +3,17 @@ from tests.test_peers import LLAMA6, MOE_CFG  # the test suite's shapes
 import dataclasses
 import json
 import pytest
-from hwmodels.specs import PeerSpec
-from planner.engines import best_accelerate_map, plan_for_engine
+from planner.engines import plan_for_engine
+from sim.engines.accelerate.planning import best_accelerate_map
 from sim.model.families import shape_from_config
 from sim.costs.memory import PlanError, memory_use
 from sim.model.resolve import preset_config
 from sim.plan import Budgets, Workload
-from sim.engines.placements import POLICIES, accelerate_map, accelerate_tiers, llamacpp_ngl
-from sim.run.schedule import MMAP_HIT_BYTES_PER_S, build_schedule
+from sim.engines.placements import POLICIES
+from sim.engines.accelerate.placement import accelerate_map, accelerate_tiers
+from sim.engines.llamacpp.layout import llamacpp_ngl
+from sim.engines.hosted import MMAP_HIT_BYTES_PER_S
+from sim.run.schedule import build_schedule
 from sim.run.simulate import fast_simulate, simulate
 from sim.model.shapes import ModelShape, UnitShape, ggml_ops
 from tests.toys import BIG, FMT, toy_model
@@ -214,7 +217,7 @@ def test_llamacpp_export_pins_all_or_nothing_polls_between_gpu_blocks_and_the_ha
     harness times an export with llama-bench's spelling: -lm for --load-mode, -ot rules joined by ';'."""
     from hwmodels.presets import load_machine
     from lab.campaigns.h200_llamacpp import bench_args_of
-    from planner.export import to_llamacpp
+    from sim.engines.llamacpp.export import to_llamacpp
     m = load_machine("h200-testbox")
     w = Workload(batch=1, prompt_tokens=64, new_tokens=4)
     b = Budgets(vram_bytes=m.gpu.vram_bytes, ram_bytes=2**36, pinned_bytes=2**36)

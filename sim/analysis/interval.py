@@ -26,6 +26,7 @@ from scipy import integrate, stats
 
 from hwmodels.profiles import ComputeGrid
 from hwmodels.specs import MachineSpec
+from sim.engines import costs_of, with_costs
 from sim.plan import Budgets, Plan, Workload
 from sim.model.shapes import ModelShape
 from sim.run.fast import Unsupported
@@ -82,9 +83,10 @@ def cpu_range(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workload, 
 
 
 def _peers_scaled(machine: MachineSpec, engine: str, f: float) -> dict:
-    """The machine's peers with `engine`'s own CPU kernels (llama.cpp's measured streaming, priced instead of the
-    grids) at the same host speed x 1/f (PeerSpec.host_scaled: its rates / f, its CPU costs x f)."""
-    peer = machine.peers.get(engine)
-    if peer is None or peer.cpu_bytes_per_s is None:
+    """The machine's peers with `engine`'s own CPU kernels (where it has them, priced instead of the grids) at the
+    same host speed x 1/f (HostedCosts.host_scaled: its rates / f, its CPU costs x f)."""
+    costs = costs_of(machine, engine)
+    scaled = costs.host_scaled(1 / f) if costs is not None else None
+    if scaled is None:
         return machine.peers
-    return {**machine.peers, engine: peer.host_scaled(1 / f)}
+    return with_costs(machine, engine, scaled).peers

@@ -9,7 +9,7 @@ import numpy as np
 
 from hwmodels.units import GiB, InputError
 from sim.costs.tiers import TIER_ROWS, TIERS, tier_column
-from sim.engines.llamacpp.ggml_memory import ggml_compute_bytes, ggml_kv_bytes, ggml_largest_copy
+from sim.engines import engine_of
 from sim.plan import Budgets, Plan, Workload
 from sim.model.shapes import ModelShape
 
@@ -222,18 +222,18 @@ def resident_weight_bytes(model: ModelShape, plan: Plan) -> int:
 
 
 def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> MemoryUse:
-    """What the plan keeps where (held_bytes, account). A plan llama.cpp runs uses the GPU as llama.cpp does
-    (sim/engines/llamacpp/ggml_memory.py): its staging is the compute buffer, with the activations in it, and its KV
-    cache only that of its GPU layers."""
+    """What the plan keeps where (held_bytes, account). A plan whose engine uses the GPU its own way
+    (Engine.gpu_memory: llama.cpp's compute buffer with the activations in it, and the KV cache of its GPU layers)
+    is counted that way."""
     on_cpu = np.array([p.compute == "cpu" for p in plan.placements], dtype=bool)
     held = held_bytes(unit_bytes(model, w), tier_codes(plan), on_cpu, plan.codec.ratio if plan.codec else 1.0)
     loader = Loader(plan.vram_slots, plan.pinned_slots, _prompt_offloads(plan, w), plan.pinned_staging)
-    if plan.engine != "llamacpp":
+    own = engine_of(plan.engine).gpu_memory(model, plan, w)
+    if own is None:
         return account(held, loader, activation_bytes(model, w), budgets.ram_bytes)
-    host_kv = ggml_kv_bytes(model, plan, w, "cpu")
-    m = account(dataclasses.replace(held, kv_gpu=0, kv_cpu=host_kv, kv_copy=0), loader, 0, budgets.ram_bytes)
-    return dataclasses.replace(m, staging_vram_bytes=ggml_compute_bytes(model, plan, w),
-                               kv_bytes=ggml_kv_bytes(model, plan, w), slot_bytes=ggml_largest_copy(model, plan, w))
+    staging, kv, act, slot, host_kv = own
+    m = account(dataclasses.replace(held, kv_gpu=0, kv_cpu=host_kv, kv_copy=0), loader, act, budgets.ram_bytes)
+    return dataclasses.replace(m, staging_vram_bytes=staging, kv_bytes=kv, slot_bytes=slot)
 
 
 def _gib(n: float) -> str:
@@ -259,6 +259,8 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
             raise PlanError(f"plan: unit {p.unit!r} uses tier {p.tier!r} but the plan has no codec; add a codec.")
     m = memory_use(model, plan, w, budgets)
     short = shortfall(m, budgets)
+    if short == "vram":
+        engine_of(plan.engine).refuse_vram(m, plan, budgets)  # in the engine's own words where it has them
     if short is not None:
         raise PlanError(_shortfall_message(short, m, plan, budgets))
     return m
@@ -266,13 +268,6 @@ def check_plan(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
 
 def _shortfall_message(short: str, m: MemoryUse, plan: Plan, budgets: Budgets) -> str:
     """One sentence: the budget `short` (shortfall), what the plan needs of it and the fix."""
-    if short == "vram" and plan.engine == "llamacpp":
-        return (f"vram: llama.cpp needs {_gib(m.vram_bytes)} of GPU memory for this placement but the budget "
-                f"is {_gib(budgets.vram_bytes)}: weights {_gib(m.resident_vram_bytes)} + KV cache of its GPU "
-                f"layers {_gib(m.kv_bytes)} + compute buffer {_gib(m.staging_vram_bytes)}; " +
-                ("raise --vram or keep fewer layers on the GPU." if m.resident_vram_bytes else
-                 f"raise --vram: for steps of {plan.gpu_offload_min_tokens} tokens or more its compute "
-                 "buffer holds a copy of the largest CPU-held weight beside the logits."))
     if short == "vram":
         return (f"vram: the plan needs {_gib(m.vram_bytes)} but the budget is {_gib(budgets.vram_bytes)}: "
                 f"resident weights {_gib(m.resident_vram_bytes)} + {plan.vram_slots} staging slots "

@@ -10,6 +10,10 @@ from sim.plan import Budgets, Placement, Plan, Workload
 
 Policy = Callable[[ModelShape, MachineSpec, Workload, Budgets], Plan]
 
+# a step of this many tokens or more multiplies CPU-held weights on the GPU (llama.cpp's op offload; the planner's
+# plans offload at the same size)
+OFFLOAD_MIN_TOKENS = 32
+
 
 def make_plan(model: ModelShape, machine: MachineSpec, policy: str, tiers: dict[str, str],
               compute: dict[str, str] | None = None, **kw) -> Plan:

@@ -2,7 +2,7 @@
 
 No weights are read: config.json (and model.safetensors.index.json, when the repo has one) come through
 huggingface_hub's own file cache; each safetensors header is read with two exact range requests (the 8-byte length,
-then the header) and kept in a small JSON cache under the Hub cache (`$HF_HUB_CACHE/offloadsim/headers/`), keyed by
+then the header) and kept in a small JSON cache under the Hub cache (`$HF_HUB_CACHE/offloadsim-headers/`), keyed by
 repo and revision, so a later resolve works offline (`HF_HUB_OFFLINE=1`, or the Hub unreachable). The endpoint
 (`HF_ENDPOINT`), cache (`HF_HUB_CACHE`, `HF_HOME`) and offline switch are read when a model is resolved.
 huggingface_hub is imported only here, inside the functions, so commands that take no model never load it.
@@ -112,7 +112,7 @@ def _hub_cache() -> Path:
 
 def _cache_file(repo: str, revision: str) -> Path:
     digest = hashlib.sha256(f"{repo}@{revision}".encode()).hexdigest()[:16]
-    return _hub_cache() / "offloadsim" / "headers" / f"{repo.replace('/', '--')}--{digest}.json"
+    return _hub_cache() / "offloadsim-headers" / f"{repo.replace('/', '--')}--{digest}.json"
 
 
 def _from_hub(repo: str, revision: str, cache: Path) -> HubCheckpoint:

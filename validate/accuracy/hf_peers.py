@@ -81,7 +81,7 @@ def _call_rows(doc: dict, file: str) -> list[Row]:
     specs = {}
     for engine in ("accelerate", "airllm"):
         cal = [(shape, m, x.run) for _, shape, m, runs in loaded for x in runs if x.engine == engine and x.calibration]
-        specs[engine] = peers.fit_hf(engine, cal, f"fitted on {file}'s calibration runs") if cal else None
+        specs[engine] = peers.fit_hf(engine, cal) if cal else None
     rows = []
     for e, shape, machine, runs in loaded:
         for x in runs:

@@ -1,5 +1,5 @@
 """Every access of the accuracy readers to the peer engines' cost model, in one place: the peer costs a recorded
-profile carries (PeerSpec fields, MachineSpec.peers), the runs of a peer (validate.peer_calibration's PeerRun, its
+profile carries (each engine's typed costs, sim.engines.costs_of), the runs of a peer (validate.peer_calibration's PeerRun, its
 fits and its prediction), llama-bench's records as runs (validate.llamacpp_bench) and the peers' placements. The
 other modules of validate.accuracy reach the peers through these functions only."""
 from __future__ import annotations
@@ -9,9 +9,11 @@ import functools
 
 from hwmodels.presets import load_machine
 from hwmodels.specs import MachineSpec
-from planner.export import tiers_from_device_map
+from sim.engines import costs_of
+from sim.engines.accelerate.export import tiers_from_device_map
+from sim.engines.accelerate.placement import accelerate_map
 from sim.engines.llamacpp.layout import llamacpp_ngl
-from sim.engines.placements import POLICIES, accelerate_map
+from sim.engines.placements import POLICIES
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
 from validate.llamacpp_bench import bench_budgets, mapped_of, median_time_s, run_of
@@ -50,22 +52,22 @@ def cleanup_measured(profile: dict) -> bool:
 def hf_profile_machine(profile: dict, accelerate_costs=None) -> MachineSpec:
     """The machine of an Accelerate/AirLLM call's profile: today's engine costs (or `accelerate_costs`), with what
     calibrate measured of them on that host; what it did not measure yet, from the preset."""
-    preset = preset_machine().peers
+    preset = preset_machine()
     prof = profile["machine"]
     machine = profile_machine(prof)
     for engine, fields in MEASURED.items():
         if engine == "airllm" and not cleanup_measured(profile):
             continue
         got = prof.get("peers", {}).get(engine, {})
-        base = accelerate_costs if engine == "accelerate" and accelerate_costs is not None else machine.peers[engine]
+        base = accelerate_costs if engine == "accelerate" and accelerate_costs is not None else costs_of(machine, engine)
         machine = with_peer(machine, engine, base.model_copy(
-            update={k: got[k] if k in got else getattr(preset[engine], k) for k in fields}))
+            update={k: got[k] if k in got else getattr(costs_of(preset, engine), k) for k in fields}))
     return machine
 
 
 def preset_accelerate_costs():
     """The preset's Accelerate costs: what `plan --engine accelerate` prices an exported plan with."""
-    return preset_machine().peers["accelerate"]
+    return costs_of(preset_machine(), "accelerate")
 
 
 def accelerate_plan(shape: ModelShape, machine: MachineSpec, w: Workload, big: Budgets, device_map: dict,
@@ -79,9 +81,9 @@ def airllm_plan(shape: ModelShape, machine: MachineSpec, w: Workload, big: Budge
     return POLICIES["airllm"](shape, machine, w, big)
 
 
-def fit_hf(engine: str, cal: list[tuple[ModelShape, MachineSpec, PeerRun]], source: str):
+def fit_hf(engine: str, cal: list[tuple[ModelShape, MachineSpec, PeerRun]]):
     """An engine's host costs fitted on its calibration runs (validate.peer_calibration.fit)."""
-    return fit(engine, cal, source)
+    return fit(engine, cal)
 
 
 def with_fitted(machine: MachineSpec, engine: str, spec, profile: dict) -> MachineSpec:
@@ -89,7 +91,7 @@ def with_fitted(machine: MachineSpec, engine: str, spec, profile: dict) -> Machi
     if spec is None:
         return machine
     keep = MEASURED[engine] if engine == "accelerate" or cleanup_measured(profile) else ()
-    return with_peer(machine, engine, spec.model_copy(update={k: getattr(machine.peers[engine], k) for k in keep}))
+    return with_peer(machine, engine, spec.model_copy(update={k: getattr(costs_of(machine, engine), k) for k in keep}))
 
 
 def predict_run(shape: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
@@ -117,7 +119,7 @@ def fit_llamacpp(cal: list, apart: dict[str, list]):
     """llama.cpp's costs fitted on `cal` (shape, machine, run), then each cost of LLAMACPP_APART_BOUNDS alone on its
     runs in `apart` (field -> [(shape, machine, run)]), in that order; those start unmeasured, so the fit depends on
     its inputs alone."""
-    spec = fit("llamacpp", cal, "fitted on recorded llama-bench runs (validate.accuracy)").model_copy(
+    spec = fit("llamacpp", cal).model_copy(
         update={"gpu_moe_expert_s": 0.0, "gpu_offload_split_pinned_s": None, "gpu_offload_split_prompt_s": None})
     for field, bounds in LLAMACPP_APART_BOUNDS.items():
         runs = [(shape, with_peer(m, "llamacpp", spec), r) for shape, m, r in apart.get(field, [])]

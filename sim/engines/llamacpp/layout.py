@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from hwmodels.specs import MachineSpec
 from sim.costs.memory import PlanError, check_plan
-from sim.engines.common import blocks_of, host_tiers, make_plan
+from sim.engines.common import OFFLOAD_MIN_TOKENS, blocks_of, host_tiers, make_plan
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
 
-OFFLOAD_MIN_TOKENS = 32  # llama.cpp copies CPU-placed weights to the GPU for batches of >= 32 tokens
                         # (ggml-cuda.cu: ggml_backend_cuda_device_offload_op, min_batch_size = 32)
 
 

@@ -1,4 +1,5 @@
-"""What Accelerate's hooks cost per module of a disk-offloaded layer, beyond reading its tensors (`calibrate`).
+"""What Accelerate's hooks cost per module of a disk-offloaded layer, beyond reading its tensors (`calibrate --peer
+accelerate`).
 
 A decoder layer that transformers places on "disk" is dispatched by Accelerate with an `AlignDevicesHook` on every
 module that holds parameters and on the layer's blocks (accelerate/hooks.py, attach_align_device_hook_on_blocks):

@@ -1,4 +1,5 @@
-"""What AirLLM pays after every module it streams, timed on this host (`calibrate` runs it as a fresh process).
+"""What AirLLM pays after every module it streams, timed on this host (`calibrate --peer airllm` runs it as a
+fresh process).
 
 airllm 4.0 calls `utils.clean_memory` in the forward hook of each module: `gc.collect()`, `malloc_trim(0)`,
 `torch.cuda.empty_cache()`. The full collection walks every object the interpreter tracks, and a process that has
@@ -6,7 +7,7 @@ imported torch, transformers and accelerate and built the model on the meta devi
 tracks some 370-460 thousand: 0.19-0.25 s a module on the H200 test host, 0.3-0.4 s on a 2-core development
 machine, the bulk of AirLLM's time per token (lab/campaigns/h200_peers.py times its steps, lab/journal/peers.md). So the cost is the host's speed at walking objects times the objects of such a process, and it is
 timed in one: a fresh interpreter with those imports and the model, the median of `rounds` cleanups.
-Run: python -m validate.module_cleanup CONFIG.json  (prints {"cleanup_s": ..., "gc_objects": ...})
+Run: python -m sim.engines.airllm.cleanup CONFIG.json  (prints {"cleanup_s": ..., "gc_objects": ...})
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def module_cleanup(config: dict, folder: Path, timeout_s: float = 300.0) -> dict
     path = Path(folder) / ".module-cleanup-config.json"
     path.write_text(json.dumps(config))
     try:
-        res = subprocess.run([sys.executable, "-m", "validate.module_cleanup", str(path)], capture_output=True,
+        res = subprocess.run([sys.executable, "-m", "sim.engines.airllm.cleanup", str(path)], capture_output=True,
                              text=True, timeout=timeout_s)
         if res.returncode != 0:
             return {"error": (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]}

@@ -1,0 +1,1 @@
+"""accelerate as an engine of the simulator (engine.py defines it)."""

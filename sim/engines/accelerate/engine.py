@@ -1,0 +1,48 @@
+"""Accelerate (transformers' device_map) as a plug-in engine."""
+from __future__ import annotations
+
+from sim.engines.accelerate.costs import AccelerateCosts
+from sim.engines.accelerate.disk_cost import offload_open
+from sim.engines.accelerate.export import to_accelerate
+from sim.engines.accelerate.hook_cost import hook_module_s
+from sim.engines.accelerate.placement import accelerate
+from sim.engines.accelerate.planning import best_accelerate_map
+from sim.engines.accelerate.pricing import AcceleratePricing
+from sim.engines.base import Engine
+
+
+class AccelerateEngine(Engine):
+    name = "accelerate"
+    label = "Accelerate"
+    rank = 1
+    policy_rank = 2
+    costs_model = AccelerateCosts
+    unmeasured_source = (
+        'Accelerate hooks.py (AlignDevicesHook): blocking pageable copies per module, disk offload through '
+        'np.memmap (utils/offload.py); costs not measured on this machine')
+    pricing_class = AcceleratePricing
+    exports = True
+    calibration_method = ("each tensor's safetensors open per forward, as a line in its file's header entries "
+                          "(sim/engines/accelerate/disk_cost.py); its offload hooks per module "
+                          "(sim/engines/accelerate/hook_cost.py)")
+
+    def policies(self) -> dict:
+        return {"accelerate": accelerate}
+
+    def best_plan(self, model, machine, w, budgets, objective: str = "token"):
+        return best_accelerate_map(model, machine, w, budgets, objective)
+
+    def calibrate(self, folder, config: dict, quick: bool) -> tuple[dict, dict]:
+        tensor_s, entry_s = offload_open(folder)
+        hooks = hook_module_s(folder, rounds=3 if quick else 8)
+        values = {"disk_tensor_s": tensor_s, "disk_header_entry_s": entry_s}
+        if "hook_module_s" in hooks:  # else (accelerate not installed) the preset's value stays
+            values["hook_module_s"] = hooks["hook_module_s"]
+        return {"accelerate_offload_open": {"tensor_s": tensor_s, "header_entry_s": entry_s},
+                "accelerate_hooks": hooks}, values
+
+    def export(self, model, plan, w, machine, budgets) -> dict:
+        return to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes)
+
+
+ENGINE = AccelerateEngine()

@@ -1,0 +1,1 @@
+"""airllm as an engine of the simulator (engine.py defines it)."""

@@ -1,0 +1,1 @@
+"""offloadsim as an engine of the simulator (engine.py defines it)."""
