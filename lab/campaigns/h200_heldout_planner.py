@@ -24,8 +24,8 @@ CASES = [
     ("vram25-pin1-b1-p1024", ["--vram", "1.1GiB", "--pinned", "1GiB"], ["--batch", "1", "--prompt-tokens", "1024"], False),
     ("vram15-pin0.5-b1-p2048", ["--vram", "0.65GiB", "--pinned", "0.5GiB"], ["--batch", "1", "--prompt-tokens", "2048"], False),
     ("vram40-pin1-b8-p1024", ["--vram", "1.75GiB", "--pinned", "1GiB"], ["--batch", "8", "--prompt-tokens", "1024"], False),
-    ("vram25-pin1-b32-p1024", ["--vram", "1.1GiB", "--pinned", "1GiB"], ["--batch", "32", "--prompt-tokens", "1024"], False),
-    ("vram60-gpu-b8-p4096", ["--vram", "2.6GiB"], ["--batch", "8", "--prompt-tokens", "4096"], False),
+    ("vram25-pin1-b32-p128", ["--vram", "1.1GiB", "--pinned", "1GiB"], ["--batch", "32", "--prompt-tokens", "128"], False),
+    ("vram60-gpu-b8-p512", ["--vram", "2.6GiB"], ["--batch", "8", "--prompt-tokens", "512"], False),
 ]
 T0 = time.perf_counter()
 
