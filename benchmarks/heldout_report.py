@@ -1,0 +1,86 @@
+"""The model's error beside the host's: every plan of the held-out campaign, timed twice per call in two calls with
+separate calibrations (lab/campaigns/h200_heldout_planner.py).
+
+For each plan and metric it prints each run's error, the floor of the repeats within each call and across all runs
+(no single prediction can be closer to all of them: validate.accuracy.errors.floor_pct), and a verdict: a miss whose
+runs all err the same way by more than their floor is the model's; one whose repeats disagree by as much as the miss
+is the host's. The model's error per plan is the median over its runs.
+
+    python benchmarks/heldout_report.py lab/data/heldout/heldout-a.json lab/data/heldout/heldout-b.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from validate.accuracy.errors import floor_pct
+
+METRICS = (("time_per_token_s", "time per token"), ("ttft_s", "first token"))
+
+
+def runs_of(files: list[Path]) -> dict[str, list[dict]]:
+    """label -> [{call, predicted, measured, bit_identical}] over every validated run of the files."""
+    out: dict[str, list[dict]] = {}
+    for f in files:
+        doc = json.loads(f.read_text())
+        for case in doc["cases"]:
+            for r in case["runs"]:
+                if "predicted" in r:
+                    out.setdefault(case["label"], []).append(
+                        {"call": f.stem, "predicted": r["predicted"], "measured": r["measured"],
+                         "bit_identical": r.get("exactness", {}).get("logits_bit_identical")})
+    return out
+
+
+def verdict(errors: list[float], floor: float) -> str:
+    """'model' when every run misses the same way by more than the repeats' floor, 'host' when the floor is as
+    large as the median miss, else 'mixed'."""
+    med = abs(statistics.median(errors))
+    if all(e > 0 for e in errors) or all(e < 0 for e in errors):
+        if min(abs(e) for e in errors) > floor:
+            return "model"
+    return "host" if floor >= med else "mixed"
+
+
+def report(runs: dict[str, list[dict]]) -> list[dict]:
+    rows = []
+    for label in sorted(runs):
+        rs = runs[label]
+        for key, name in METRICS:
+            errs = [(r["predicted"][key] / r["measured"][key] - 1) * 100 for r in rs]
+            per_call = {}
+            for r in rs:
+                per_call.setdefault(r["call"], []).append(r["measured"][key])
+            within = max((floor_pct(t) for t in per_call.values() if len(t) > 1), default=float("nan"))
+            across = floor_pct([r["measured"][key] for r in rs])
+            rows.append({"plan": label, "metric": name, "runs": len(rs), "calls": len(per_call),
+                         "errors_pct": [round(e, 1) for e in errs], "median_pct": round(statistics.median(errs), 1),
+                         "floor_within_call_pct": round(within, 1), "floor_across_calls_pct": round(across, 1),
+                         "verdict": verdict(errs, across),
+                         "bit_identical": [r["bit_identical"] for r in rs]})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rows = report(runs_of(args.files))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'plan':<24} {'metric':<15} {'runs':>4} {'errors (%)':<30} {'median':>7} {'floor in':>8} "
+          f"{'floor all':>9}  verdict")
+    for r in rows:
+        print(f"{r['plan']:<24} {r['metric']:<15} {r['runs']:>4} {' '.join(f'{e:+.1f}' for e in r['errors_pct']):<30} "
+              f"{r['median_pct']:>+6.1f}% {r['floor_within_call_pct']:>7.1f}% {r['floor_across_calls_pct']:>8.1f}%  "
+              f"{r['verdict']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
