@@ -67,10 +67,10 @@ ARCHS = {
     "smollm-360m": ("llama-3.1-8b", dict(num_hidden_layers=32, hidden_size=960, intermediate_size=2560,
                                          num_attention_heads=15, num_key_value_heads=5, head_dim=64,
                                          vocab_size=49152)),
-    # held out of llama.cpp's CPU cost per matrix row (llamacpp-{am,an,ao}.json): widths no fit has seen, below and between
-    # the fitted ones: TinyLlama-1.1B's layer (hidden 2048, a 5632-wide MLP, 32 heads over 4), Qwen2.5-0.5B's
-    # dimensions on a Llama layer (hidden 896, 14 heads over 2, a 4864-wide MLP, its 151936-token vocabulary; its
-    # q/k/v biases left out) and a 640-wide layer (10 heads over 2, a 1728-wide MLP)
+    # held out of llama.cpp's CPU cost per matrix row (llamacpp-{am,an,ao}.json): widths no fit has seen, below and
+    # between the fitted ones: TinyLlama-1.1B's layer (hidden 2048, a 5632-wide MLP, 32 heads over 4), Qwen2.5-0.5B's
+    # dimensions on a Llama layer (hidden 896, 14 heads over 2, a 4864-wide MLP, its 151936-token vocabulary; its q/k/v
+    # biases left out) and a 640-wide layer (10 heads over 2, a 1728-wide MLP)
     "tinyllama-1.1b": ("llama-3.1-8b", dict(num_hidden_layers=22, hidden_size=2048, intermediate_size=5632,
                                             num_attention_heads=32, num_key_value_heads=4, head_dim=64,
                                             vocab_size=32000)),
