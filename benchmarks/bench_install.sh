@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install size and time of the README's first command (issue 14): a fresh venv, `pip install -e SRC`, timed; the
+# Install size and time of the README's first command: a fresh venv, `pip install -e SRC`, timed; the
 # venv's size and package count. Usage: bash benchmarks/bench_install.sh [SRC ...]   (default: this checkout)
 # "Before" figures: a tree from git, e.g. `git archive fe7abf5 | tar -x -C /tmp/before_src`, then pass /tmp/before_src.
 set -euo pipefail

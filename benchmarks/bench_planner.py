@@ -1,4 +1,4 @@
-"""Planner figures for issue 4: quality against every baseline and the lower bound on each named machine x
+"""Planner figures: quality against every baseline and the lower bound on each named machine x
 {qwen3-14b, llama-3.1-70b, mixtral-8x7b, deepseek-r1} x three VRAM budgets (minimum, middle, near-fit), and
 planning speed. Writes a JSON and the markdown table for lab/journal/planner.md.
 Run: python benchmarks/bench_planner.py [--out out/bench] [--models ...] [--machines ...]"""

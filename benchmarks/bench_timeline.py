@@ -1,5 +1,5 @@
-"""Timeline figures for issue 3: SimPy events/s, fast-evaluator layer-steps/s and their speed ratio on an
-80-layer, 64-token run, and the evaluator compiled by numba against plain Python (issue 14); and `simulate qwen3-14b --machine rtx3080-laptop` for every policy, cold, at the minimum
+"""Timeline figures: SimPy events/s, fast-evaluator layer-steps/s and their speed ratio on an
+80-layer, 64-token run, and the evaluator compiled by numba against plain Python; and `simulate qwen3-14b --machine rtx3080-laptop` for every policy, cold, at the minimum
 VRAM and at 4 GB, with Gantt charts. Run: python benchmarks/bench_timeline.py [--out docs/figures]"""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What-if speed for issue 6: a 10,000-combination grid (10 storage x 10 VRAM x 25 RAM x 4 links) for
+"""What-if speed: a 10,000-combination grid (10 storage x 10 VRAM x 25 RAM x 4 links) for
 qwen3-14b on rtx3080-laptop, planned (quick planner) and predicted (fast evaluator), on 2 worker processes.
 Run: python benchmarks/bench_whatif.py"""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The hand-written family tables (sim/model/families.py) against transformers' own models (issue 14): every preset's
+"""The hand-written family tables (sim/model/families.py) against transformers' own models: every preset's
 config, cut to two blocks, built on the meta device (no memory, no hub); the parameters and persistent buffers of
 each block, the embedding and the head must add up to the units' parameters exactly. This is where a layout change
 in transformers (e.g. fused experts) shows up."""

@@ -1,4 +1,4 @@
-"""Issue 9's model pieces on hand-worked values: measured compute grids, copy speed by size, the load phase,
+"""The simulator's model pieces on hand-worked values: measured compute grids, copy speed by size, the load phase,
 pageable copies that do not overlap compute, CPU contention beside streaming, and offloaded disk units' reads."""
 import math
 
@@ -33,7 +33,7 @@ def test_grid_interpolates_between_measured_points():
 
 
 def test_cpu_grid_drops_a_point_faster_than_a_shorter_cache():
-    """Call H's Qwen3-14B layer on the CPU: 15.34 ms at a 20-token cache, 11.08 at 68, 14.57 at 1028, 16.49 at 4100.
+    """The Qwen3-14B CPU layer of lab/data/peers/peers-h.json: 15.34 ms at a 20-token cache, 11.08 at 68, 14.57 at 1028, 16.49 at 4100.
     The first two pool to their mean (13.21 ms, under 14.57: the rest stay); a GPU grid is read as measured."""
     u = toy_model().units[0]
     row = (15.34e-3, 11.08e-3, 14.57e-3, 16.49e-3)

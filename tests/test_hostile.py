@@ -1,4 +1,4 @@
-"""Hostile input and the modelling bugs of issue 12 that live in these files, against hand-worked values."""
+"""Hostile input and modelling bugs that live in these files, against hand-worked values."""
 import json
 
 import pytest

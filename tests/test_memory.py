@@ -178,7 +178,7 @@ def test_engine_stages_only_what_streams(tmp_path):
 def test_a_cpu_embedding_is_looked_up_in_place_never_staged(tmp_path):
     """Embedding and decoders on the CPU (llama.cpp's placement), the prompt multiplied on the GPU: the embedding's
     rows are looked up in place, never the table staged, so the slots are the decoders' (a table larger than the
-    slots once overflowed them: a crash on the H200, call P), and the simulator lays out no copy of it either."""
+    slots once overflowed them: a crash on the H200, lab/data/validation/matrix/matrix-p.json), and the simulator lays out no copy of it either."""
     pytest.importorskip("torch")
     from sim.engines.common import make_plan
     from sim.run.schedule import build_schedule

@@ -1,4 +1,4 @@
-"""Peer engine models (issue 11): their costs in the schedule, Accelerate's placement, the fit of their costs."""
+"""Peer engine models: their costs in the schedule, Accelerate's placement, the fit of their costs."""
 import dataclasses
 import json
 
@@ -135,10 +135,10 @@ def test_accelerate_placement_matches_measured_maps(vram, ram, want):
     assert {k: tiers[k] for k in want} == want
 
 
-# call Q's layer (lab/data/peers/peers-q.json): 16 Llama layers of hidden 2048, 16 heads without grouping
+# the layer of lab/data/peers/peers-q.json: 16 Llama layers of hidden 2048, 16 heads without grouping
 FA16 = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=16, hidden_size=2048,
                               intermediate_size=5632, num_attention_heads=16, num_key_value_heads=16, vocab_size=32000))
-# call R's (lab/data/peers/peers-r.json): a Llama-3.2-1B-like layer whose head is tied to the embedding
+# that of lab/data/peers/peers-r.json: a Llama-3.2-1B-like layer whose head is tied to the embedding
 TIED = shape_from_config(dict(preset_config("llama-3.1-8b"), num_hidden_layers=16, hidden_size=2048,
                               intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
                               tie_word_embeddings=True))
@@ -567,10 +567,10 @@ def test_llamacpp_head_after_cpu_layers_streams_at_its_own_speed(toy_machine):
 
 
 def test_llamacpp_several_sequences_hand_worked(toy_machine):
-    """A decode step of B sequences (call M): on the GPU, a unit of 4 bytes, 8 multiplied parameters, hidden 2 (4
+    """A decode step of B sequences (lab/data/peers/llamacpp-m.json): on the GPU, a unit of 4 bytes, 8 multiplied parameters, hidden 2 (4
     rows) streams its weights once and 4 x hidden x B bytes of activations at 10 B/s, pays 22 operators x 0.02 s and
     per row gpu_multi_row_s (0.1) + B x gpu_row_token_s (0.05): at B = 4, 36 / 10 + 0.44 + 4 x 0.3 = 5.24 s; one
-    sequence pays gpu_row_s (0.07) a row: 1.2 + 0.44 + 0.28 = 1.92 s; 40 sequences likewise (call P: linear past
+    sequence pays gpu_row_s (0.07) a row: 1.2 + 0.44 + 0.28 = 1.92 s; 40 sequences likewise (llamacpp-p.json: linear past
     32), 324 B / 10 + 0.44 + 4 x (0.1 + 40 x 0.05) = 41.24 s, where a prefill of 40 tokens takes the roofline (no
     grid): 324 B / 10 = 32.4 s. Without the per-token cost, 2-8 tokens pay gpu_row_s (3.6 + 0.44 + 0.28) and 16
     the roofline (13.2 s). On the CPU at B = 4 the streaming (36 B / 2 B/s = 18 s) and the multiplying (2 x 8 x 4
@@ -980,7 +980,7 @@ def test_llamacpp_planner_offloads_an_moes_routed_experts_with_n_cpu_moe_when_th
     m = load_machine("h200-testbox")
     shape = shape_from_config(dict(MOE_CFG, hidden_size=2048, moe_intermediate_size=1024, num_local_experts=64,
                                    num_experts_per_tok=8, head_dim=128, num_attention_heads=16,
-                                   num_key_value_heads=16))  # OLMoE's layer, as call AE timed it
+                                   num_key_value_heads=16))  # OLMoE's layer, as llamacpp-ae.json timed it
     w = Workload(batch=1, prompt_tokens=1, new_tokens=4)
     b = Budgets(vram_bytes=shape.total_bytes // 2, ram_bytes=2**36, pinned_bytes=0)
     rep = plan_for_engine("llamacpp", shape, m, w, b)
@@ -1009,7 +1009,7 @@ def test_llamacpp_planner_offloads_an_moes_routed_experts_with_n_cpu_moe_when_th
 def test_llamacpp_policy_fits_an_moe_as_its_fit_does():
     """llama.cpp's --fit (common/fit.cpp) on an MoE: layers from the back with their routed experts in system memory,
     except the first GPU block's (fit.cpp counts the output among the partial layers, so one block stays whole: its
-    trace measured so in calls AJ and AK); where every layer fits with every expert on the CPU, the experts of the
+    trace measured so in lab/data/peers/llamacpp-{aj,ak}.json); where every layer fits with every expert on the CPU, the experts of the
     first blocks join them while they fit and the last blocks' stay on the CPU. Mixtral-8x7B on the H200: one
     block's experts are 8 x 3 x 4096 x 14336 x 2 B = 2.82 GB, more than 2 GiB, so at 2 GiB no block fits beside the
     output (-ngl 1), though some of its 32 attention units (80 MiB each) would; at 40 GiB every attention does."""
@@ -1404,7 +1404,7 @@ def test_llamacpp_prompt_step_pays_its_own_split_cost_and_decode_steps_the_fitte
 
 
 @pytest.mark.parametrize("arch, layers, mib, printed", [
-    # llama-fit-params' printed placements at budgets of call AK (lab/data/peers/llamacpp-ak.json: its free memory less
+    # llama-fit-params' printed placements at budgets of lab/data/peers/llamacpp-ak.json (its free memory less
     # the margin, -c 160): the Mixtral-like shape's output alone at 2946 MiB (every layer with its experts on the
     # CPU fitted, but fit.cpp's layouts keep the first GPU block whole), then partial layers with the first one's
     # ffn_down (GATE) or ffn_gate and ffn_down (UP) on the CPU; a dense shape's -ngl
@@ -1632,7 +1632,7 @@ def test_airllm_does_not_pin_a_module_over_its_limit():
 
 
 def test_tiers_from_device_map_reads_heads_and_refuses_what_it_cannot_model():
-    """transformers' map of call R (GPU 60%): the tied head on the GPU with the embedding while the final norm, which
+    """transformers' map in lab/data/peers/peers-r.json (GPU 60%): the tied head on the GPU with the embedding while the final norm, which
     the head unit also holds, went to the CPU; the head unit is read from `lm_head`. A map naming a second GPU or
     missing a module is refused in one sentence."""
     from hwmodels.units import InputError

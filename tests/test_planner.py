@@ -203,7 +203,7 @@ def test_llamacpp_export_runs_the_request_it_was_priced_for():
 
 
 def test_llamacpp_export_is_anchored_quoted_and_refuses_opt():
-    """Issue 11: llama.cpp matches -ot with regex_search; the head rule must not hit blk.N.attn_output.weight."""
+    """llama.cpp matches -ot with regex_search; the head rule must not hit blk.N.attn_output.weight."""
     import shlex
     from hwmodels.units import InputError
     from sim.plan import Placement

@@ -259,7 +259,7 @@ def test_solver_prints_nothing_on_stdout(capfd):
 
 
 def test_a_given_seed_is_never_beaten_and_a_sweep_is_monotone():
-    """Issue 10: more memory never gives a slower plan when the smaller budget's plan seeds the larger one."""
+    """More memory never gives a slower plan when the smaller budget's plan seeds the larger one."""
     from planner.pareto import sweep
     from sim.run.simulate import fast_simulate
     m, q = get_machine("rtx3080-laptop"), load_model("llama-3.1-8b")

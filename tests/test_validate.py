@@ -154,7 +154,7 @@ def wide(tmp_path_factory) -> tuple[Path, Path]:
 def test_engine_runs_any_plan_the_simulator_accepts_as_simulated(wide):
     """Random plans (tiers, CPU compute, loader settings, an offload threshold): the engine runs each one the memory
     model accepts without overflowing a buffer it sized (a CPU embedding offloaded for a big prompt once overflowed
-    the staging slots, call P), executes exactly the copies and computes the simulator lays out, and its tokens and
+    the staging slots, lab/data/validation/matrix/matrix-p.json), executes exactly the copies and computes the simulator lays out, and its tokens and
     logits are bit-identical to the all-resident run (every unit on the CPU device here, so the same kernels)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st

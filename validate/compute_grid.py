@@ -93,7 +93,7 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
     30% faster, lab/journal/validation.md). `contexts` (CPU with a GPU only): longer prompts whose decode steps extend the
     decode axis, their prefill multiplied on the GPU as the engine does for a big step, so a long cache costs
     seconds, not the minutes a CPU prefill of it would (the CPU's attention over a long cache was unmeasured and
-    cost a Qwen3-8B layer 4x its short-context time, call M, lab/journal/validation.md)."""
+    cost a Qwen3-8B layer 4x its short-context time, lab/data/validation/matrix/matrix-m.json)."""
     if contexts and min(contexts) <= max(batches):
         raise ValueError(f"contexts: {min(contexts)} must exceed the largest batch {max(batches)} (the prompt "
                          "offloads, the decode steps stay on the CPU); give longer contexts.")

@@ -6,7 +6,7 @@ its weights the mapped model file unless its load mode reads them into pinned ho
 per token (a generation test: the median repetition over its G tokens) or its first token (a prompt test).
 
 The engine's costs were fitted on one host (the h200-testbox preset's peers.llamacpp, lab/journal/peers.md); the same
-settings timed on hosts of the same kind ran up to 28% apart in their CPU share (calls AA and AH, lab/journal/peers.md),
+settings timed on hosts of the same kind ran up to 28% apart in their CPU share (lab/data/peers/llamacpp-{aa,ah}.json),
 as hosts shared with other work do. `calibrate_host` measures that on the user's host from their own llama-bench
 runs: one factor on the CPU's speeds (validate.peer_calibration.host_scaled), fitted by least squares of the log
 error over the generation tests given. No torch.

@@ -99,7 +99,7 @@ def decoder_layer(x: torch.Tensor, w: dict[str, torch.Tensor], arch: Arch, cache
     if rep > 1 and pos is not None and x.device.type == "cpu":
         # one decode token on the CPU: the query heads that share a KV head become that head's query rows (one
         # position, one mask), so no copy of the cache is made; repeating the cache cost about 29 of the 38 ms
-        # of a Qwen3-8B layer at 8 x 2048 tokens on the H200 host (call M, lab/journal/validation.md)
+        # of a Qwen3-8B layer at 8 x 2048 tokens on the H200 host (lab/data/validation/matrix/matrix-m.json)
         attn = F.scaled_dot_product_attention(q.reshape(b, arch.kv_heads, rep, arch.head_dim), keys, values,
                                               attn_mask=mask).reshape(b, arch.heads, 1, arch.head_dim)
     else:

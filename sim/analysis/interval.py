@@ -6,11 +6,11 @@ host, lab/journal/validation.md).
 The spread is the range of a few draws of the host's speed. Read as normal draws, the range of n of them is d2(n)
 standard deviations on average (d2(3) = 3 / sqrt(pi)), and a later draw lies within z * sigma * sqrt(1 + 1/n) of
 their mean with probability COVERAGE (z its two-sided normal quantile): for 3 rounds, 1.12 spreads either side.
-The interval is the host's drift alone, not the model's own error. An earlier version spanned half a spread either
-side. Measured coverage (lab/probes/interval_coverage.py, lab/journal/peers.md twenty-fourth session; nothing fitted: the
-factor is the normal theory's for 3 draws): of the 17 exported Accelerate plans of calls D-I that computed on the
-CPU, 6 fell inside the earlier interval and 14 inside this one. Of the 43 validation runs of offloadsim's engine with
-CPU compute on the critical path (calls K-Q), 17 and 25 did; the rest are the model's own misses.
+The interval is the host's drift alone, not the model's own error. An earlier version spanned half a spread either side.
+Measured coverage (lab/probes/interval_coverage.py; nothing fitted: the factor is the normal theory's for 3 draws): of
+the 17 exported Accelerate plans of lab/data/peers/peers-{d..i}.json that computed on the CPU, 6 fell inside the earlier
+interval and 14 inside this one. Of the 43 validation runs of offloadsim's engine with CPU compute on the critical path
+(lab/data/validation/matrix/matrix-{k..q}.json), 17 and 25 did; the rest are the model's own misses.
 
 Only CPU compute carries a measured spread; a plan that computes nothing on the CPU (or whose CPU work every step
 moves to the GPU), or a profile whose CPU grids were timed once, gets no range. A peer whose own CPU kernels are

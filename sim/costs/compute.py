@@ -78,11 +78,11 @@ def find_grid(machine: MachineSpec, unit: UnitShape, family: str, device: str, d
 
 def _monotone(table, device: str) -> np.ndarray:
     """A grid's [batch][tokens] table, on the CPU each row its least-squares non-decreasing fit (pooled adjacent
-    violators). The lent H200 host's memory speed drifts by 30% within a minute (lab/journal/peers.md, twenty-fourth
-    session: GEMV 75-101 GB/s from one round to the next); calibrate's CPU grids are the median of three rounds and
-    still kept points 28% under their neighbours (call H: a Qwen3-14B layer 11.1 ms at a 68-token cache between
-    15.3 ms at 20 and 14.6 ms at 1028), which a run at that cache read as the layer's cost. GPU grids are left as
-    measured: their kernels change with the shape (split-K, CUDA-graph buckets) and did not drift."""
+    violators). The H200 host's memory speed drifts by 30% within a minute (lab/data/peers/cpu-cache.json: GEMV 75-101
+    GB/s from one round to the next); calibrate's CPU grids are the median of three rounds and still kept points 28%
+    under their neighbours (lab/data/peers/peers-h.json: a Qwen3-14B layer 11.1 ms at a 68-token cache between 15.3 ms
+    at 20 and 14.6 ms at 1028), which a run at that cache read as the layer's cost. GPU grids are left as measured:
+    their kernels change with the shape (split-K, CUDA-graph buckets) and did not drift."""
     v = np.asarray(table, float)
     return np.array([isotonic_regression(row).x for row in v]) if device == "cpu" else v
 
@@ -149,10 +149,10 @@ def _same_tokens_batch(grid: ComputeGrid, batch: int, new_tokens: int, context: 
     """For a CPU prompt (empty cache) longer than the grid's longest, the batch of prompts of that longest length
     that holds as many tokens, where the grid measured that many (None otherwise). On the CPU a short prompt's cost is
     its matrix products over all its tokens, whichever sequences they belong to: over the 20 CPU decoder grids of
-    the peers calls C-I (lab/data/peers/peers-*.json), 4 prompts of 16 tokens took a median 2.9% from 1 prompt of 64,
-    and 16 of 16 a median 4.3% from 4 of 64 (worst 41 and 31%). Continuing the prompt axis along the roofline
-    instead priced the first tokens of Accelerate's exported CPU plans up to 90% over what they measured (calls B-G;
-    lab/journal/peers.md, twenty-fourth session). GPU grids reach 2048 tokens and keep the roofline's continuation."""
+    lab/data/peers/peers-{c..i}.json, 4 prompts of 16 tokens took a median 2.9% from 1 prompt of 64, and 16 of 16 a
+    median 4.3% from 4 of 64 (worst 41 and 31%). Continuing the prompt axis along the roofline instead priced the first
+    tokens of Accelerate's exported CPU plans up to 90% over what they measured (peers-{b..g}.json). GPU grids reach
+    2048 tokens and keep the roofline's continuation."""
     if grid.device != "cpu" or context or new_tokens <= grid.prefill_tokens[-1]:
         return None
     b = batch * new_tokens / grid.prefill_tokens[-1]
@@ -170,8 +170,9 @@ def _roofline(unit: UnitShape, flops_per_s: float, bytes_per_s: float, overhead_
     return f
 
 
-# in-graph against eager overhead per kernel on the H200 test machine: 2.7-3.2 us (decoders' graph grids of calls K
-# and L: grid time less bytes / bandwidth, over the layer's launches; lab/journal/validation.md) against 11.69 us eager
+# in-graph against eager overhead per kernel on the H200 test machine: 2.7-3.2 us (decoders' graph grids of
+# lab/data/validation/matrix/matrix-{k,l}.json: grid time less bytes / bandwidth, over the layer's launches) against
+# 11.69 us eager
 GRAPH_OVERHEAD_SHARE = 0.25
 
 
@@ -186,14 +187,14 @@ def kernel_overhead_s(gpu, dispatch: str) -> float:
 # ggml's CUDA backend computes a step of at most this many tokens with its matrix-vector kernels (ggml-cuda/mmvf.cuh,
 # MMVF_MAX_BATCH_SIZE; mmvq.cuh likewise), which stream the weights once; larger steps go to cuBLAS / MMQ
 MMV_MAX_TOKENS = 8
-# measured on llama.cpp (calls M and P, lab/journal/peers.md): a decode step of several tokens (sequences decoded together)
-# costs the weights' bytes once plus a cost per row and token that is linear in the tokens all the way, through the
-# kernels' switch at 8 and past 32 (48 sequences); a prefill step counts as one up to this many tokens (from 32 on
-# ggml also copies CPU-held weights to the GPU to multiply them there: GGML_OP_OFFLOAD_MIN_BATCH)
+# measured on llama.cpp (lab/data/peers/llamacpp-{m,p}.json): a decode step of several tokens (sequences decoded
+# together) costs the weights' bytes once plus a cost per row and token that is linear in the tokens all the way,
+# through the kernels' switch at 8 and past 32 (48 sequences); a prefill step counts as one up to this many tokens (from
+# 32 on ggml also copies CPU-held weights to the GPU to multiply them there: GGML_OP_OFFLOAD_MIN_BATCH)
 PEER_DECODE_MAX_TOKENS = 32
 # how a peer's CPU streaming and multiplying overlap: the unit takes (stream^p + multiply^p)^(1/p), between their sum
-# (p = 1) and the larger (p -> inf). p = 3 fits the calibration runs best (call M, Llama-1B on the CPU, 2-16 tokens a
-# step: rms error 6.3% against 6.9% for p = 2 and p = 4; lab/journal/peers.md)
+# (p = 1) and the larger (p -> inf). p = 3 fits the calibration runs best (lab/data/peers/llamacpp-m.json, Llama-1B on the
+# CPU, 2-16 tokens a step: rms error 6.3% against 6.9% for p = 2 and p = 4)
 OVERLAP_NORM = 3
 
 
@@ -239,9 +240,9 @@ def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
     shape), plus `op_s` per operator of its graph (sim.model.shapes.ggml_ops: ggml joins its threads after each; its
     attention fused with `flash_attention`) and `row_s` per output row of its matrices (matrix_rows; not the
     embedding's, whose rows are looked up).
-    `flops_per_s`: that engine's own multiply rate, measured on it: streaming and multiplying then overlap only in
-    part, and the unit takes their OVERLAP_NORM-norm (measured on llama.cpp, call M: flat to 4 tokens a step, then
-    rising towards the multiply's rate), not the larger of the two."""
+    `flops_per_s`: that engine's own multiply rate, measured on it: streaming and multiplying then overlap only in part,
+    and the unit takes their OVERLAP_NORM-norm (measured on llama.cpp, lab/data/peers/llamacpp-m.json: flat to 4 tokens
+    a step, then rising towards the multiply's rate), not the larger of the two."""
     c = machine.cpu
     if stream_bytes_per_s is not None:
         overhead = ggml_ops(unit.kind, family, flash_attention) * op_s + (matrix_rows(unit) * row_s

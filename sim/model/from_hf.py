@@ -1,4 +1,4 @@
-"""Units from transformers' own model of a config (issue 14): the model is built on the meta device (no memory, no
+"""Units from transformers' own model of a config: the model is built on the meta device (no memory, no
 hub) and its parameters and persistent buffers are grouped into units, so a family without a hand table
 (sim/model/families.py) can still be planned when transformers is installed.
 

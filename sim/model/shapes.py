@@ -51,7 +51,7 @@ FLASH_ATTN_SAVED_OPS = 3
 # down (9), Qwen3's attn_q_norm and attn_k_norm (2 more); the head output_norm and output. On a step of >= 32 tokens
 # ggml's scheduler runs every operator with a CPU-held weight on the GPU, each in a split of its own (a new split
 # per weight, so that their VRAM is reused: ggml-backend.cpp, ggml_backend_sched_split_graph), measured with
-# GGML_SCHED_DEBUG (call S: 84 splits per graph for 8 Llama layers, 340 for 28 Qwen3 layers; lab/journal/peers.md).
+# GGML_SCHED_DEBUG (84 splits per graph for 8 Llama layers, 340 for 28 Qwen3 layers; lab/data/peers/llamacpp-s.json).
 GGML_WEIGHTS = {"embedding": 1, "decoder": 9, "attention": 5, "mlp": 4, "expert": 0, "shared-expert": 3, "norm": 1,
                 "lm_head": 2}  # routed experts: GGML_MOE_WEIGHTS per block
 QK_NORM_GGML_WEIGHTS = 2

@@ -9,9 +9,10 @@ A load runs read (storage) -> unpack -> copy (link) -> compute (GPU or CPU), eve
 - `blocking[i]`: its copy waits for the previous item's compute to end (a blocking copy, or pageable memory).
 The SimPy timeline, the fast evaluator and the engine all take these from `rules()`; -1 means no such wait.
 An item that needs the link itself (`link_at_s`: a CPU-held unit multiplied on the GPU moves its cache there,
-validate/stream_run.py) waits, that far into its compute, for the copies of every load fixed when its compute
-started (`known`): those were queued on the link before it (measured on the H200, call O: the transfer waited for
-the weight copy in flight, one engine per direction). Nothing queued after it starts before its compute ends.
+validate/stream_run.py) waits, that far into its compute, for the copies of every load fixed when its compute started
+(`known`): those were queued on the link before it (measured on the H200, lab/data/validation/matrix/matrix-o.json: the
+transfer waited for the weight copy in flight, one engine per direction). Nothing queued after it starts before its
+compute ends.
 One resource is shared rather than queued: host memory. While the copy engine runs, CPU compute progresses at
 1 / `Schedule.contention` of its speed (cpu.copy_contention, measured by calibrate as a CPU layer's time beside
 copies); the timeline arbitrates it as `HostMemory`, the fast evaluator lays out the copies already fixed when a

@@ -9,7 +9,7 @@ from validate.accuracy.families import Table
 
 COMMAND = "python benchmarks/accuracy.py"
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
-MACHINE = "one NVIDIA H200 (PCIe 5.0) lent host, preset `h200-testbox`"
+MACHINE = "one NVIDIA H200 (PCIe 5.0) host, preset `h200-testbox`"
 # what each family's runs are and how the page knows which runs were held out from any fit
 HELD_OUT = {
     matrix.GPU: "No cost is fitted on any run: each call ran `calibrate` (its own measurements) and then the plans, "

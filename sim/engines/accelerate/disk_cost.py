@@ -44,7 +44,7 @@ def offload_open(folder: Path, sizes: tuple[int, ...] = (16, 64, 256), rounds: i
     """(seconds per tensor, seconds per header entry of its file): the per-tensor open timed on files of `sizes`
     tensors, interleaved over `rounds` (the host's speed drifts within minutes), as a line in the header's size (its
     JSON is parsed at every open), fitted by Theil-Sen (one slow pass cannot tilt it: one line from two files, as
-    before, measured 2.03 us an entry in call N against 0.65-1.21 in the other calls J-R)."""
+    before, measured 2.03 us an entry in lab/data/peers/peers-n.json against 0.65-1.21 in peers-{j..r}.json)."""
     from scipy.stats import theilslopes
     points = [(n, timer(folder, n, passes=1)) for _ in range(rounds) for n in sizes]
     slope, intercept = theilslopes([t for _, t in points], [n for n, _ in points])[:2]

@@ -23,8 +23,9 @@ def accelerate_tiers(model: ModelShape, budgets: Budgets) -> dict[str, str]:
     block stays within its budget less the largest block still to place (accelerate/utils/modeling.py: the GPU and
     the CPU are both 'main devices' and keep that reserve, max_layer_size, recomputed as blocks are placed). A head
     tied to the embedding is placed with it, its matrix counted once, and is no block of its own to reserve for
-    (get_module_size_with_ties: the tied module goes where the embedding goes; measured, call R: `lm_head` on the
-    embedding's device at every budget, and as many layers beside them as that one matrix leaves room for)."""
+    (get_module_size_with_ties: the tied module goes where the embedding goes; measured in lab/data/peers/peers-r.json:
+    `lm_head` on the embedding's device at every budget, and as many layers beside them as that one matrix leaves room
+    for)."""
     groups = blocks_of(model)
     if model.tied_head:
         head = [g for g in groups if any(model.unit(n).kind == "lm_head" for n in g)]
@@ -34,7 +35,7 @@ def accelerate_tiers(model: ModelShape, budgets: Budgets) -> dict[str, str]:
             groups.remove(head[0])
     size = [sum(model.unit(n).nbytes - model.unit(n).tied_nbytes for n in g) for g in groups]
     # the reserve is the largest module Accelerate will not split: a decoder block whole, but of the head unit only
-    # the head's matrix (the final norm is a module of its own; call Q's CPU took one more layer on a 2 kB margin)
+    # the head's matrix (the final norm is a module of its own; peers-q.json's CPU took one more layer on a 2 kB margin)
     held = [model.unit(g[-1]).largest_tensor_bytes if model.unit(g[-1]).kind == "lm_head" and len(g) == 1 else size[i]
             for i, g in enumerate(groups)]
     devices = (("vram", budgets.vram_bytes), ("ram_pageable", budgets.ram_bytes), ("disk_raw", None))

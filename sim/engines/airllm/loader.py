@@ -67,10 +67,10 @@ def airllm_loader_wait_s(u: UnitShape, machine: MachineSpec, copy_s: float, miss
     the pin copy's page faults, at the disk's cold speed on top of the copy's. A `whole` read is waited for entirely:
     the first module of a request (no collection before it to overlap; its pin copy is the loader lane's) and a
     module AirLLM does not pin (airllm_pins: the main thread's copy to the GPU faults it in).
-    Warm, calls F-I, 8 runs of four shapes (peers_report.py --airllm-phases): the pre-hook, copy and wait, took
-    7.6-7.7, 11.5-12.3, 38.8-40.0 and 33.8-35.4 ms a decoder, priced now at 7.9, 20.9, 42.6 and 41.0; the split
-    differs (the copies ran slower than priced, the waits shorter than this wait: 3.8-23.0 ms against 5.7-30.7).
-    Rules written after seeing those runs (the cold part after calls F-J's cold first tokens)."""
+    Warm, lab/data/peers/peers-{f..i}.json, 8 runs of four shapes (peers_report.py --airllm-phases): the pre-hook, copy
+    and wait, took 7.6-7.7, 11.5-12.3, 38.8-40.0 and 33.8-35.4 ms a decoder, priced now at 7.9, 20.9, 42.6 and 41.0; the
+    split differs (the copies ran slower than priced, the waits shorter than this wait: 3.8-23.0 ms against 5.7-30.7).
+    Rules written after seeing those runs (the cold part after the cold first tokens of peers-{f..j}.json)."""
     if u.kind not in ("decoder", "embedding", "lm_head") or not u.params:
         return 0.0
     cold = machine.storage.cold_read_bytes_per_s

@@ -35,13 +35,13 @@ class LlamacppCosts(HostedCosts):
                                    "weights may take and stay in it (the KV cache, activations, the code and other "
                                    "processes hold the rest; replacement is not perfect): measured on the H200 host "
                                    "(300 MiB L3) between 176 MB (7 Qwen3-0.6B layers: fast) and 201 MB (8: not), "
-                                   "calls G and J, lab/journal/peers.md; with part of the model on the GPU.")
+                                   "lab/data/peers/llamacpp-{g,j}.json; with part of the model on the GPU.")
     cpu_cache_share_alone: float = Field(default=1.0, gt=0, le=1, description="cpu_cache_share when every unit is "
                                          "computed on the CPU (llama.cpp's -ngl 0: no GPU in the token's path): "
                                          "on the H200 host, all-CPU runs at 0.63-0.86 of the L3 streamed at its "
-                                         "speed in calls U, AH, AM and AQ (SmolLM-135M, a 24-layer Llama-640), where "
-                                         "runs with the GPU taking part left it from 0.64 (calls G, H, J, AA, AM: "
-                                         "Qwen3-0.6B, Llama-3B); lab/journal/peers.md, thirtieth session.")
+                                         "speed in lab/data/peers/llamacpp-{u,ah,am,aq}.json (SmolLM-135M, a "
+                                         "24-layer Llama-640), where runs with the GPU taking part left it from "
+                                         "0.64 (llamacpp-{g,h,j,aa,am}.json: Qwen3-0.6B, Llama-3B).")
     cpu_op_s: NonNegativeFloat = Field(default=0.0, description="With cpu_bytes_per_s: per computing operator of a "
                                        "CPU-computed unit in the engine's own graph (sim.model.shapes.GGML_OPS; llama.cpp "
                                        "joins its threads after each), on top of the streaming time.")
@@ -67,8 +67,9 @@ class LlamacppCosts(HostedCosts):
                                               "token.")
     gpu_row_token_s: NonNegativeFloat | None = Field(default=None, description="With gpu_op_s: per output row and "
                                                      "token of such a step: llama.cpp's decode of B sequences "
-                                                     "measured linear in B per weight row (calls M and P, B = 2 to "
-                                                     "48, three shapes). Absent: such a step pays gpu_row_s per row "
+                                                     "measured linear in B per weight row "
+                                                     "(lab/data/peers/llamacpp-{m,p}.json, B = 2 to 48, three "
+                                                     "shapes). Absent: such a step pays gpu_row_s per row "
                                                      "up to MMV_MAX_TOKENS tokens, the GPU grid above.")
     cpu_flops_per_s: PositiveFloat | None = Field(default=None, description="With cpu_bytes_per_s: the rate of the "
                                                   "engine's own CPU matrix kernels; a CPU unit then takes the "
@@ -116,7 +117,8 @@ class LlamacppCosts(HostedCosts):
                                                  "(the scores and their product with V as matrix multiplies, the "
                                                  "softmax and the copies between: one sequence took 1.26 ms a token "
                                                  "on a 16-layer Llama-1B all on the GPU with the kernels, 1.52-1.59 "
-                                                 "without, calls E-J against Z).")
+                                                 "without, lab/data/peers/llamacpp-{e..j}.json against "
+                                                 "llamacpp-z.json).")
     cpu_mm_attention_s: NonNegativeFloat = Field(default=0.0, description="Per CPU-computed attention on a decode "
                                                  "step of one token when llama.cpp's flash attention is off "
                                                  "(sim.engines.llamacpp.graphs.ggml_flash_attention: -fa off, or a build without "

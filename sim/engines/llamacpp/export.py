@@ -20,7 +20,7 @@ def llamacpp_runtime(workload: Workload | None, threads: int | None) -> tuple[st
     device memory: common/common.cpp common_fit_params). Several sequences share one KV cache (-kvu): with -np B
     llama.cpp keeps one per sequence unless told, and a plan with layers on both devices then ran 30-50% slower
     than priced (Llama-3B, half the layers on the GPU, 4 and 16 sequences: 62 and 131 ms a step against 47 and 88
-    with -kvu; call N, lab/journal/peers.md)."""
+    with -kvu; lab/data/peers/llamacpp-n.json)."""
     args = []
     program = "llama-server" if workload is not None and workload.batch > 1 else "llama-cli"
     if workload is not None:
@@ -95,7 +95,7 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     program, runtime = llamacpp_runtime(workload, threads)
     if cpu_experts or cpu_blocks:  # the CPU's turns come between the GPU's blocks, several a token
         # between them ggml's CPU threads stop polling and sleep: Qwen3-30B-A3B's layer, --n-cpu-moe 3 and 6, took
-        # 5.0 and 8.1 ms a token, 4.2 and 7.4 with --poll 100, as priced (call AF, lab/journal/peers.md)
+        # 5.0 and 8.1 ms a token, 4.2 and 7.4 with --poll 100, as priced (lab/data/peers/llamacpp-af.json)
         runtime += ["--poll", "100"]
     command = f"{program} -m MODEL.gguf " + " ".join(shlex.quote(a) for a in args + runtime)
     return {"args": args, "ngl": ngl, "n_cpu_moe": n_cpu_moe, "ot": ot, "runtime_args": runtime, "command": command,

@@ -5,7 +5,7 @@ Layers are llama.cpp's: the blocks 0..n-1 and the output, index n; `n_layer` of 
 On an MoE the last `n_part` of those are partial: their routed experts stay in system memory. The index range of
 the partial layers includes the output's, which has no experts, so a layout of every layer with every block but
 the output partial (n_part = n_layer - 1, fit.cpp's "dense-only" layers) keeps the first GPU block's experts on the
-GPU: llama-fit-params' own trace (calls AJ and AK, lab/journal/peers.md) measured those layouts so, and on a shape whose
+GPU: llama-fit-params' own trace (lab/data/peers/llamacpp-{aj,ak}.json) measured those layouts so, and on a shape whose
 one block's experts outgrow the budget (a Mixtral-like 4 x 2.8 GB) --fit placed the output alone (-ngl 1) where every
 layer with its experts on the CPU would fit.
 """

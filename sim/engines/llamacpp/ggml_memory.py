@@ -12,8 +12,8 @@ from sim.model.shapes import ATTENTION_KINDS, GGML_KV_PAD, ModelShape
 GGML_BATCH = 2048  # llama.cpp's default logical batch (-b) and micro-batch (-ub): common/common.h
 GGML_UBATCH = 512
 # FP32 hidden states of the micro-batch live beside the largest tensor of the reserved graph (the residual stream
-# and a normed copy; not fitted: llama.cpp's --fit placed what this predicts at 14 of 14 dense budgets of calls AH
-# and AI with 0 to 2 of them, lab/journal/peers.md)
+# and a normed copy; not fitted: llama.cpp's --fit placed what this predicts at 14 of 14 dense budgets of
+# lab/data/peers/llamacpp-{ah,ai}.json with 0 to 2 of them)
 GGML_LIVE_STATES = 2
 
 
@@ -75,9 +75,9 @@ def ggml_block_peak(model: ModelShape, plan: Plan, w: Workload) -> int:
     first, then its feed-forward's largest (a block's routed experts one fused tensor, with their FP32 gate and up
     outputs, _expert_states). ggml's allocator fits each copy in the smallest free block (ggml-alloc.c, best fit),
     and the attention's copy is freed below hidden states still live, so a larger feed-forward copy goes above that
-    hole: the two add up (llama.cpp's own projections, calls AJ and AK: Llama-12B's and Phi-3-mini's blocks 50 and
-    22 MiB above the feed-forward copy alone, their query matrices' 50 and 18 MiB). An MoE block on the GPU peaks at
-    its experts' outputs alone (call AK's Mixtral-like shape: 35 MiB)."""
+    hole: the two add up (llama.cpp's own projections, lab/data/peers/llamacpp-{aj,ak}.json: Llama-12B's and
+    Phi-3-mini's blocks 50 and 22 MiB above the feed-forward copy alone, their query matrices' 50 and 18 MiB). An MoE
+    block on the GPU peaks at its experts' outputs alone (llamacpp-ak.json's Mixtral-like shape: 35 MiB)."""
     _, ub = ggml_context(w)
     t = plan.tiers()
     copied = {u.name for u in _copied(model, plan, w)}
@@ -111,7 +111,7 @@ def ggml_compute_bytes(model: ModelShape, plan: Plan, w: Workload) -> int:
     copy's hole: llama.cpp's projections at -ngl 0 ran 33-69 MiB above the copy and logits alone on three dense
     shapes; Qwen3-4B's it puts 14 MiB over), and its peak at a block (ggml_block_peak); with GGML_LIVE_STATES hidden
     states of the u tokens. Nothing when nothing runs on the GPU. Measured against llama.cpp's own projections in
-    lab/journal/peers.md (twentieth session)."""
+    lab/data/peers/llamacpp-{aj,ak,al}.json."""
     t = plan.tiers()
     _, ub = ggml_context(w)
     head = [u for u in model.units if u.kind == "lm_head"]

@@ -30,10 +30,10 @@ def cpu_stream_bytes_per_s(model: ModelShape, plan: Plan, machine: MachineSpec, 
     """The speed a peer's own CPU kernels stream a unit of this kind at in this plan: from the last-level cache when
     every weight the CPU computes with fits in its share of it (read each token, they stay there; a larger share
     when every unit is on the CPU), else from memory
-    (the head at its own speed where the peer has one and the unit before it is on the CPU too, on a dense model:
-    where it was fitted; after an MoE's CPU layers the head streams at the layers' speed, calls AB-AG, no mechanism
-    found); None when the peer's CPU is priced by the grids instead. The embedding is a row lookup: it touches one
-    row per token."""
+    (the head at its own speed where the peer has one and the unit before it is on the CPU too, on a dense model: where
+    it was fitted; after an MoE's CPU layers the head streams at the layers' speed, llamacpp-{ab..ag}.json, no mechanism
+    found); None when the peer's CPU is priced by the grids instead. The embedding is a row lookup: it touches one row
+    per token."""
     if peer is None or peer.cpu_bytes_per_s is None:
         return None
     t = plan.tiers()

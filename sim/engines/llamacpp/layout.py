@@ -17,10 +17,10 @@ def llamacpp_layout(model: ModelShape, machine: MachineSpec, budgets: Budgets, n
     the first n_cpu_moe blocks on the CPU whatever -ngl says (the shared experts stay with their block). `mapped`:
     its default, the CPU's weights are the mapped model file (pageable); with --load-mode none (older builds:
     --no-mmap) it reads them into its GPU's host buffer type, pinned (llama-model-loader.cpp: "avoid using a host
-    buffer when using mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned
-    speed (calls AD and AE, lab/journal/peers.md). `cpu_expert_blocks`, where given, names the blocks whose routed experts
-    stay on the CPU instead of n_cpu_moe's first ones (as --fit's -ot rules do). Raises PlanError when unmapped
-    weights outgrow the pinned budget."""
+    buffer when using mmap"; CUDA_Host), so a prefill that multiplies them on the GPU copies them at the pinned speed
+    (lab/data/peers/llamacpp-{ad,ae}.json). `cpu_expert_blocks`, where given, names the blocks whose routed experts stay
+    on the CPU instead of n_cpu_moe's first ones (as --fit's -ot rules do). Raises PlanError when unmapped weights
+    outgrow the pinned budget."""
     blocks = set(range(n_cpu_moe) if cpu_expert_blocks is None else cpu_expert_blocks)
     cpu_experts = {u.name for u in model.units if u.kind == "expert" and u.block in blocks}
     groups = [[n for n in g if n not in cpu_experts] for g in blocks_of(model)]
