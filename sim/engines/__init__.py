@@ -9,6 +9,7 @@ import importlib
 import pkgutil
 from collections import OrderedDict
 from importlib.util import find_spec
+from pathlib import Path
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import InputError, unknown_name
@@ -25,6 +26,13 @@ def engines() -> dict:
                 found.append(importlib.import_module(f"{__name__}.{m.name}.engine").ENGINE)
         _FOUND.update((e.name, e) for e in sorted(found, key=lambda e: (e.rank, e.name)))
     return _FOUND
+
+
+def installed_names() -> list[str]:
+    """The engines' names, sorted, from their folders (each holding an engine.py) without importing any: cheap
+    enough for a command line's argument parsing."""
+    root = Path(__path__[0])
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg and (root / m.name / "engine.py").is_file())
 
 
 def engine_names() -> list[str]:
