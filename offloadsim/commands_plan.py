@@ -13,7 +13,7 @@ from offloadsim.outputs import atomic, check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.analysis.attribution import stall_attribution
 from sim.costs.memory import shared_bytes
-from sim.engines import engine_of, engines as installed
+from sim.engines import engine_of, engines as installed, own_engine
 
 
 def _placement_rows(model, plan, attrib: dict[str, float]) -> list[dict]:
@@ -115,7 +115,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
     out = check_output(args.out, "out", (args.model, args.machine), (".json",))
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and 0 < args.time_budget <= 3600):
         raise InputError(f"time-budget: {args.time_budget!r} seconds is out of range; give a number in (0, 3600].")
-    engine = getattr(args, "engine", "offloadsim")
+    engine = getattr(args, "engine", None) or own_engine()
     _check_export(engine, args.export)
     machine = load_machine(args.machine)
     w = resolve_workload(args)

@@ -39,6 +39,11 @@ def engine_names() -> list[str]:
     return list(engines())
 
 
+def own_engine() -> str:
+    """The engine the planner (planner/core.py) plans for: the one whose Engine.plans_itself is set."""
+    return next(e.name for e in engines().values() if e.plans_itself)
+
+
 def engine_of(name: str):
     """The engine called `name`; InputError naming the installed ones when there is none."""
     found = engines()
