@@ -136,18 +136,30 @@ PROFILE_RANGES = {"_bytes_per_s": (1e6, 1e15), "_bytes_per_s_per_thread": (1e6, 
 MAX_PROFILE_BYTES = 4 * 2**20
 
 
+RANGED_PARTS = ("gpu", "link", "storage", "host_memory", "cpu")
+
+
+def profile_range(field: str, value) -> tuple[float, float] | None:
+    """The accepted (low, high) of a profile field's value (a number or a mapping of numbers) when it lies outside
+    them, else None (inside, or a field without a range)."""
+    values = value.values() if isinstance(value, dict) else [value]
+    suffix = max((k for k in PROFILE_RANGES if field.endswith(k)), key=len, default=None)
+    if suffix is None or suffix == "_s" and field.endswith("_per_s"):
+        return None
+    low, high = PROFILE_RANGES[suffix]
+    if any(isinstance(v, (int, float)) and not low <= v <= high for v in values):
+        return low, high
+    return None
+
+
 def _check_ranges(machine: MachineSpec, spec: str) -> None:
-    for part in ("gpu", "link", "storage", "host_memory", "cpu"):
+    for part in RANGED_PARTS:
         for field, value in getattr(machine, part).model_dump().items():
-            values = value.values() if isinstance(value, dict) else [value]
-            suffix = max((k for k in PROFILE_RANGES if field.endswith(k)), key=len, default=None)
-            if suffix == "_s" and field.endswith("_per_s"):
-                continue
-            if suffix:
-                low, high = PROFILE_RANGES[suffix]
-                if any(isinstance(v, (int, float)) and not low <= v <= high for v in values):
-                    raise InputError(f"machine: profile {spec!r} field '{part}.{field}' = {value!r} is outside "
-                                     f"{low:g}..{high:g}; re-run 'offloadsim calibrate' or fix that value.")
+            bounds = profile_range(field, value)
+            if bounds:
+                low, high = bounds
+                raise InputError(f"machine: profile {spec!r} field '{part}.{field}' = {value!r} is outside "
+                                 f"{low:g}..{high:g}; re-run 'offloadsim calibrate' or fix that value.")
 
 
 def load_machine(spec: str) -> MachineSpec:

@@ -5,9 +5,10 @@ import argparse
 
 from offloadsim import handlers
 from offloadsim.args_sim import add_workload
+from sim.engines import installed_names
 
-# planner.engines.ENGINES, spelled out: importing the planner here would slow every command's start (tested equal)
-ENGINES = ("offloadsim", "accelerate", "llamacpp", "airllm")
+# the engines' folders, listed without importing them (importing the planner would slow every command's start)
+ENGINES = installed_names()
 
 
 def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
@@ -23,7 +24,7 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p.add_argument("--engine", choices=list(ENGINES), default="offloadsim",
                    help="the engine that will run the model: plan only what it can execute, timed with its own "
                    "pipeline and host costs, and compare every engine (default offloadsim: the full planner)")
-    p.add_argument("--export", choices=["accelerate", "llamacpp"], default=None,
+    p.add_argument("--export", choices=ENGINES, default=None,
                    help="print an engine's arguments for the plan (with --engine, that engine's own)")
     p.add_argument("--explain", action="store_true", help="per-unit placement and stall contribution")
     p.add_argument("--json", action="store_true")

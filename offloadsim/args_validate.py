@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import argparse
 
-from offloadsim import commands_validate
+from offloadsim import handlers
 
 
 def add_validate(sub: argparse._SubParsersAction) -> None:
     m = sub.add_parser("make-checkpoint", help="write a random-weight Hugging Face checkpoint from a preset's config")
-    m.set_defaults(run=commands_validate.make_checkpoint_cmd)
+    m.set_defaults(run=handlers.make_checkpoint)
     m.add_argument("--preset", required=True, help="model preset, e.g. qwen3-14b or llama-3.1-8b")
     m.add_argument("--layers", type=int, default=None, help="num_hidden_layers")
     m.add_argument("--hidden", type=int, default=None, help="hidden_size")
@@ -21,7 +21,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--out", required=True, help="empty folder to write")
 
     c = sub.add_parser("calibrate", help="measure this machine and write a profile for simulate/plan/validate")
-    c.set_defaults(run=commands_validate.calibrate_cmd)
+    c.set_defaults(run=handlers.calibrate)
     c.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     c.add_argument("--base", default="h200-testbox", help="preset whose unmeasured values the profile keeps")
     c.add_argument("--model", default="llama-3.1-8b", help="preset or config.json whose decoder layer is timed")
@@ -32,8 +32,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
 
     cp = sub.add_parser("calibrate-peer", help="fit llama.cpp's CPU speed on this host from llama-bench's output and "
                         "write a profile that simulate --policy llamacpp and plan --engine llamacpp use")
-    from offloadsim.commands_peer import calibrate_peer_cmd
-    cp.set_defaults(run=calibrate_peer_cmd)
+    cp.set_defaults(run=handlers.calibrate_peer)
     cp.add_argument("model", metavar="MODEL", help="the model llama-bench ran: its .gguf file (or a config.json)")
     cp.add_argument("--bench", required=True, help="llama-bench -o json (or jsonl) output, with at least one "
                     "generation test that keeps weights on the CPU, e.g. llama-bench -m MODEL.gguf -ngl 0,99 -n 32")
@@ -42,7 +41,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     cp.add_argument("--json", action="store_true")
 
     v = sub.add_parser("validate", help="run a plan on the engine and compare with the simulator")
-    v.set_defaults(run=commands_validate.validate_cmd)
+    v.set_defaults(run=handlers.validate)
     v.add_argument("--checkpoint", required=True, help="Hugging Face checkpoint folder (config.json + safetensors)")
     v.add_argument("--plan", required=True, help="plan JSON (offloadsim plan --out), or a policy name")
     v.add_argument("--profile", default=None, help="machine profile JSON (offloadsim calibrate) or preset")

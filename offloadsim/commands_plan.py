@@ -13,6 +13,7 @@ from offloadsim.outputs import atomic, check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.analysis.attribution import stall_attribution
 from sim.costs.memory import shared_bytes
+from sim.engines import engine_of, engines as installed, own_engine
 
 
 def _placement_rows(model, plan, attrib: dict[str, float]) -> list[dict]:
@@ -34,21 +35,27 @@ def _collapse(rows: list[dict]) -> list[tuple[dict, int]]:
     return out
 
 
-# the exports each engine can take: AirLLM takes no placement, Accelerate a device_map, llama.cpp -ngl/-ot arguments
-_ENGINE_EXPORTS = {"offloadsim": ("accelerate", "llamacpp"), "accelerate": ("accelerate",), "llamacpp": ("llamacpp",),
-                   "airllm": ()}
+def _exports(engine: str) -> list[str]:
+    """The exports a plan for `engine` can take: the planner's own plans any engine's, another engine only its own."""
+    e = engine_of(engine)
+    if e.plans_itself:
+        return [n for n, x in installed().items() if x.exports]
+    return [engine] if e.exports else []
 
 
 def _check_export(engine: str, export: str | None) -> None:
     """Refuse an export the chosen engine cannot take, before any planning."""
-    if export is None or export in _ENGINE_EXPORTS[engine]:
+    if export is None or export in _exports(engine):
         return
-    if engine == "airllm":
-        raise InputError(f"export: AirLLM takes no placement (it re-reads every layer from disk each token), so "
-                         f"--engine airllm has nothing to export as {export} arguments; drop --export.")
-    names = {"accelerate": "an Accelerate device_map", "llamacpp": "llama.cpp -ngl/-ot arguments"}
-    raise InputError(f"export: a plan for --engine {engine} is {names[engine]}, not {names[export]}; use --export "
-                     f"{engine}, or plan for that engine with --engine {export} --export {export}.")
+    chosen, target = engine_of(engine), engine_of(export)
+    if not chosen.exports and not chosen.plans_itself:
+        raise InputError(f"export: {chosen.label} takes no placement ({chosen.no_export_why}), so "
+                         f"--engine {engine} has nothing to export as {export} arguments; drop --export.")
+    if not target.exports:
+        raise InputError(f"export: {target.label} takes no placement as arguments; export as one of "
+                         f"{', '.join(_exports(engine))}.")
+    raise InputError(f"export: a plan for --engine {engine} is {chosen.export_form}, not {target.export_form}; use "
+                     f"--export {engine}, or plan for that engine with --engine {export} --export {export}.")
 
 
 def _times(x: float) -> str:
@@ -108,7 +115,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
     out = check_output(args.out, "out", (args.model, args.machine), (".json",))
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and 0 < args.time_budget <= 3600):
         raise InputError(f"time-budget: {args.time_budget!r} seconds is out of range; give a number in (0, 3600].")
-    engine = getattr(args, "engine", "offloadsim")
+    engine = getattr(args, "engine", None) or own_engine()
     _check_export(engine, args.export)
     machine = load_machine(args.machine)
     w = resolve_workload(args)
@@ -116,7 +123,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
     model = resolve_model(args)
     limits.check_request(model, machine, w)
     planner_kw = {"objective": args.objective, "time_budget_s": args.time_budget, "progress": True}
-    if engine != "offloadsim":
+    if not engine_of(engine).plans_itself:
         return _engine_plan_cmd(args, engine, out, model, machine, w, budgets, planner_kw)
     from planner import plan_with_report
     from planner.engines import compare_engines, peer_engine_plans, peer_seeds
@@ -147,9 +154,9 @@ def plan_cmd(args: argparse.Namespace) -> int:
             emit(args, data, "")
         return fail(f"budget: no plan fits: {plan.reason}")
     from planner.engines import EnginePlan
-    known = {**peers, "offloadsim": EnginePlan("offloadsim", plan, s)}
-    engines = _engine_rows(compare_engines(model, machine, w, budgets, known, **planner_kw), "offloadsim")
-    data.update(engine="offloadsim", engines=engines, notes=[])
+    known = {**peers, engine: EnginePlan(engine, plan, s)}
+    engines = _engine_rows(compare_engines(model, machine, w, budgets, known, **planner_kw), engine)
+    data.update(engine=engine, engines=engines, notes=[])
     lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
              f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
              f"planner: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s "
@@ -160,7 +167,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
     for name, v in rep.baselines.items():
         lines.append(f"  {name:<11} " + (f"{v['time_per_token_s']:.4f} s per token  ({v['time_per_token_s'] / s['time_per_token_s']:.2f}x the planner)"
                                          if "time_per_token_s" in v else f"cannot run: {v['error']}"))
-    lines += _engine_lines(engines, "offloadsim")
+    lines += _engine_lines(engines, engine)
     return emit(args, data, "\n".join(lines + _tail_lines(args, data)))
 
 
@@ -174,7 +181,7 @@ def _tail_lines(args, data: dict) -> list[str]:
             gain = f"{r['stall_gain_s']:.4f} s" if r.get("stall_gain_s") is not None else ""
             lines.append(f"{name[:48]:<48} {r['kind']:<13} {r['nbytes'] / 1e6:9.1f} {r['tier']:<15} {r['compute']:<4} {gain:>16}")
     if "export" in data:
-        lines.append(data["export"]["python"] if args.export == "accelerate" else data["export"]["command"])
+        lines.append(data["export"].get("python") or data["export"]["command"])
         lines += [f"note: {n}" for n in data["export"]["notes"]]
     if args.out:
         lines.append(f"plan written to {args.out}")

@@ -13,6 +13,7 @@ from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from planner.engines import unmeasured_notes
 from sim.analysis.attribution import stall_attribution
 from sim.analysis.critical import critical_path, path_breakdown
+from sim.costs.tiers import tier_row
 from sim.run.events import write_chrome_trace
 from sim.analysis.interval import cpu_range
 from sim.run.pipeline import rules
@@ -85,7 +86,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
         for e in events:
             if e.stage == "wait" or (e.stage == "compute" and e.resource == "cpu"):
                 cost[e.unit] = cost.get(e.unit, 0.0) + e.duration_s
-        units = [u for u in sorted(cost, key=cost.get, reverse=True) if tiers[u].tier != "vram"][: 3 * args.attribution]
+        units = [u for u in sorted(cost, key=cost.get, reverse=True) if not tier_row(tiers[u].tier).resident][: 3 * args.attribution]
         attrib = [a for a in stall_attribution(model, machine, plan, w, budgets, units=units or None)[: args.attribution]
                   if a["gain_s"] > 0]
     if gantt_out:

@@ -41,3 +41,23 @@ def pareto(args: argparse.Namespace) -> int:
 def whatif(args: argparse.Namespace) -> int:
     from offloadsim.commands_plan import whatif_cmd
     return whatif_cmd(args)
+
+
+def make_checkpoint(args: argparse.Namespace) -> int:
+    from offloadsim.commands_validate import make_checkpoint_cmd
+    return make_checkpoint_cmd(args)
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    from offloadsim.commands_validate import calibrate_cmd
+    return calibrate_cmd(args)
+
+
+def validate(args: argparse.Namespace) -> int:
+    from offloadsim.commands_validate import validate_cmd
+    return validate_cmd(args)
+
+
+def calibrate_peer(args: argparse.Namespace) -> int:
+    from offloadsim.commands_peer import calibrate_peer_cmd
+    return calibrate_peer_cmd(args)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from hwmodels.specs import MachineSpec
 from sim.costs.memory import PlanError
-from sim.engines import costs_of, engine_of, engines
+from sim.engines import costs_of, engine_of, engines, own_engine
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
 from sim.run.simulate import fast_simulate
@@ -44,7 +44,7 @@ def _simulate(model, machine, plan, w, budgets) -> dict:
 
 
 def _core() -> str:
-    return next(e.name for e in engines().values() if e.plans_itself)
+    return own_engine()
 
 
 def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets,

@@ -16,6 +16,7 @@ from planner.search import Outcome
 from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes, min_vram_bytes
 from sim.costs.tiers import TIER_ROWS
 from sim.costs.transfer import Codec
+from sim.engines import own_engine
 from sim.plan import Placement, Plan, Request
 from sim.run.fast import Unsupported
 from sim.run.simulate import fast_simulate, simulate
@@ -162,13 +163,13 @@ def _peers(req: Request, opts: PlanOptions, found: Found, best: Best) -> dict:
             continue
         s = simulated(req, p, found.ev_real)
         base_times[name] = {"time_per_token_s": s["time_per_token_s"], "total_s": s["total_s"]}
-        own = p.model_copy(update={"policy": "planner", "codec": p.codec or opts.codec, "engine": "offloadsim"})
+        own = p.model_copy(update={"policy": "planner", "codec": p.codec or opts.codec, "engine": own_engine()})
         modelled = _evaluable(own, found.ev_real) is not None
         if not (opts.any_placement and (modelled or len(req.model.units) < SIMPY_MAX_UNITS)):
             continue
         for tried in (own, own.model_copy(update={"gpu_offload_min_tokens": None})):
             try:
-                summ = s if p.engine == "offloadsim" else simulated(req, tried, found.ev_real)
+                summ = s if p.engine == own_engine() else simulated(req, tried, found.ev_real)
             except PlanError:
                 continue
             best.offer(f"{name}-peer", tried, summ)
@@ -192,7 +193,7 @@ def _given(req: Request, opts: PlanOptions, ev_real: Evaluator, best: Best) -> N
 def _evaluable(p: Plan, ev: Evaluator) -> np.ndarray | None:
     """The plan's assignment where the evaluator models it: offloadsim's engine and runtime, every placement an
     option, and its codec, or no compressed placement (a codec plays no part in the schedule of such a plan)."""
-    a = assignment_of(p) if p.engine == "offloadsim" and is_planner_runtime(p) else None
+    a = assignment_of(p) if p.engine == own_engine() and is_planner_runtime(p) else None
     return a if a is not None and (p.codec == ev.codec or not COMPRESSED[a].any()) else None
 
 

@@ -10,6 +10,7 @@ from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB
 from planner.core import PlanOptions, PlanReport, peer_plans, plan_request, plan_with_report
 from sim.costs.memory import min_vram_bytes
+from sim.engines import engines
 from sim.plan import OS_RESERVE_BYTES, Budgets, Request, Workload
 from sim.run.simulate import fast_simulate
 from sim.model.shapes import ModelShape
@@ -96,7 +97,8 @@ def sweep(model: ModelShape, machine: MachineSpec, w: Workload, points: int = 7,
     rows = _rows([Request(model, machine, w, Budgets.of(machine, vram=mid, ram=r)) for r in rams], time_budget_s)
     by_ram = [dict(ram_bytes=r, **row) for r, row in zip(rams, rows)]
     # where streaming everything is slower than computing on the CPU with nothing on the GPU
-    cpu_only = by_vram[0].get("llamacpp")
+    cpu_only = next((by_vram[0].get(p) for e in engines().values() if e.computes_rest_on_cpu for p in e.policies()),
+                    None)
     u_region = [r["vram_bytes"] for r in by_vram if r.get("stream") and cpu_only and r["stream"] > cpu_only]
     return {"model": model.name, "machine": machine.name, "by_vram": by_vram, "by_ram": by_ram, "ram_sweep_vram_bytes": mid,
             "cpu_only_time_per_token_s": cpu_only, "stream_slower_than_cpu_vram_bytes": u_region}

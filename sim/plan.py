@@ -40,9 +40,10 @@ class Plan(Spec):
     model: str = Field(description="Model name the plan was made for.")
     machine: str = Field(description="Machine name the plan was made for.")
     policy: str = Field(default="custom", description="Who made the plan (a policy name or 'planner').")
-    engine: Literal["offloadsim", "accelerate", "airllm", "llamacpp"] = Field(
-        default="offloadsim", description="The engine that executes the plan; a peer adds its measured host costs "
-        "(machine.peers).")
+    engine: str = Field(
+        default="offloadsim", pattern=r"^[a-z][a-z0-9_]*$", description="The engine that executes the plan, by its "
+        "folder's name in sim/engines (an engine not installed is refused where the plan is run); a peer adds its "
+        "measured host costs (machine.peers).")
     placements: tuple[Placement, ...] = Field(description="One placement per unit, in model order.")
     prefetch_depth: NonNegativeInt = Field(default=1, le=MAX_SLOTS, description="Loads may run this many streamed units ahead of "
                                            "compute; 0 loads a unit only when the previous unit has finished.")

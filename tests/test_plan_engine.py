@@ -106,9 +106,33 @@ def test_unknown_engine_is_rejected_by_argparse(capsys):
 
 
 def test_engine_choices_match_the_planner():
+    """The CLI lists the engines' folders without importing them: the same engines the registry finds."""
     from offloadsim.args_plan import ENGINES as choices
     from planner.engines import ENGINES
-    assert tuple(choices) == tuple(ENGINES)
+    assert sorted(choices) == sorted(ENGINES) and len(choices) == len(ENGINES)
+
+
+@pytest.mark.parametrize("export", ["airllm", "offloadsim"])
+def test_an_export_as_an_engine_that_takes_no_arguments_is_refused(capsys, export):
+    rc, out, err = run(capsys, *BASE, "--export", export)
+    assert rc == 2 and out == ""
+    assert err.startswith("offloadsim: error: export: ") and err.count("\n") == 1, err
+    assert "takes no placement as arguments; export as one of accelerate, llamacpp." in err
+
+
+def test_a_plan_naming_an_engine_not_installed_is_refused_in_one_sentence(capsys, tmp_path):
+    """The plan file keeps any well-formed engine name; running it asks the registry, which refuses it."""
+    path = tmp_path / "p.json"
+    main(["plan", *BASE[1:], "--out", str(path)])
+    data = json.loads(path.read_text())
+    assert data["engine"] == "offloadsim"
+    path.write_text(json.dumps(dict(data, engine="vllm")))
+    assert Plan.load(path).engine == "vllm"
+    capsys.readouterr()
+    rc, out, err = run(capsys, "simulate", "llama-3.1-8b", "--machine", "h200-testbox", "--plan", str(path),
+                       "--vram", "8GiB", "--new-tokens", "3", "--prompt-tokens", "16")
+    assert rc != 0 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("offloadsim: error: engine: unknown name 'vllm'") and "Traceback" not in err
 
 
 def test_default_engine_keeps_the_planner_report(capsys):

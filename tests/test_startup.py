@@ -31,3 +31,12 @@ def test_a_command_still_gets_its_machinery_when_it_runs():
     code = "import contextlib, io, offloadsim.cli\nwith contextlib.redirect_stdout(io.StringIO()):\n" \
            "    assert offloadsim.cli.main(['simulate', 'llama-3.1-8b', '--new-tokens', '2']) == 0"
     assert "simpy" in _loaded_after(code)
+
+
+def test_building_the_parser_imports_no_numpy_and_no_engine():
+    """The validation commands' and the engines' arguments come from lazy handlers and a folder listing."""
+    probe = "import json, sys\nimport offloadsim.cli\noffloadsim.cli.build_parser()\n" \
+            "print(json.dumps(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('sim.engines.')" \
+            " or m.startswith('offloadsim.commands'))))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == []

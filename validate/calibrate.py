@@ -21,6 +21,7 @@ from tqdm import tqdm
 from hwmodels.presets import load_machine
 from sim.analysis.interval import CALIBRATE_ROUNDS  # the prediction interval reads a grid's spread as that many draws
 from sim.engines import engine_of
+from validate.accepted import accepted_overrides, fastest_rate
 from validate.store import drop_cache
 from validate.store import CHUNK, decompress_into, _planes
 from sim.model.families import shape_from_config
@@ -37,13 +38,17 @@ from hwmodels.profiles import ComputeGrid
 MiB = 2**20
 
 
-def _best(fn, reps: int = 3) -> float:
+def _rounds(fn, reps: int = 3) -> list[float]:
     times = []
     for _ in range(reps):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return min(times)
+    return times
+
+
+def _best(fn, reps: int = 3) -> float:
+    return min(_rounds(fn, reps))
 
 
 def storage(folder: Path, nbytes: int, sizes=(MiB, 16 * MiB)) -> dict:
@@ -182,7 +187,8 @@ def compute(config: dict, device: str, batch_sizes=(1, 4), seqs=(1, 128)) -> dic
                     M.decoder_layer(x, w, arch, cache, 0, cos, sin)
                     sync()
                 run()
-                out[f"layer_b{b}_s{s}_s"] = _best(run, 5)
+                out[f"layer_b{b}_s{s}_rounds_s"] = _rounds(run, 5)
+                out[f"layer_b{b}_s{s}_s"] = min(out[f"layer_b{b}_s{s}_rounds_s"])
         # decode as the engine runs it: 8 layers back to back, one synchronisation (dispatch overlaps the device)
         cache = M.KVCache(arch, 1, 2, device, torch.bfloat16)
         x = torch.randn(1, 1, h, device=device).to(torch.bfloat16)
@@ -196,9 +202,9 @@ def compute(config: dict, device: str, batch_sizes=(1, 4), seqs=(1, 128)) -> dic
         out["layer_b1_s1_in_sequence_s"] = _best(seq, 3) / 8
     t1 = out["layer_b1_s1_s"]
     flops_pf = unit.flops(max(batch_sizes), max(seqs), 0)
-    t_pf = out[f"layer_b{max(batch_sizes)}_s{max(seqs)}_s"]
+    rounds_pf = out[f"layer_b{max(batch_sizes)}_s{max(seqs)}_rounds_s"]
     return {"measured": out, "layer_nbytes": unit.nbytes, "layer_launches": unit.launches,
-            "decode_bytes_per_s": unit.nbytes / t1, "prefill_flops_per_s": flops_pf / t_pf}
+            "decode_bytes_per_s": unit.nbytes / t1, "prefill_flops_per_s": fastest_rate(flops_pf, rounds_pf)}
 
 
 def pin_speed(nbytes: int) -> float:
@@ -422,7 +428,7 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: 
     meas = _measure(base, folder, config, quick, cuda, eager, tuple(peers))
     meas["config"] = config
     m = load_machine(base)
-    over = _overrides(m, meas, cuda)
+    over, noisy = accepted_overrides(_overrides(m, meas, cuda))
     grids = [ComputeGrid.model_validate(g) for g in meas["grids"]]
     machine = m.with_overrides(**over).model_copy(update={"compute_grids": tuple(grids)})
     machine, in_engine = _in_engine(machine, folder, quick, meas)
@@ -440,6 +446,6 @@ def calibrate(base: str, folder: Path, config: dict, quick: bool = True, eager: 
                   "grids timed inside the engine (batch x prompt, batch x context; validate/compute_grid.py); CPU "
                   "decoder time beside copies (contention); roofline fallback fitted from a synchronised layer" +
                   "".join(f"; {engine_of(n).label}'s costs ({engine_of(n).calibration_method})" for n in peers),
-        "base_preset": base, "cuda": cuda, "torch": torch.__version__,
+        "base_preset": base, "cuda": cuda, "torch": torch.__version__, "notes": noisy,
         "measurements": {k: v for k, v in meas.items() if k not in ("grids", "config", "peer_values")},
         "kept_from_preset": kept_from_preset(machine.model_dump(), set(over))}}

@@ -14,6 +14,7 @@ import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from hwmodels.specs import MachineSpec
+from sim.costs.tiers import tier_row
 from sim.plan import Budgets, Plan, Workload
 from sim.costs.compute import matrix_rows
 from sim.engines import costs_of, with_costs
@@ -67,7 +68,7 @@ def features(model: ModelShape, run: PeerRun, params: tuple[str, ...], spec: Cos
     """How many times per token the run pays each parameter, as sim.run.schedule prices it; `spec`: the peer's costs
     the run is priced with (its flash-attention settings, PeerRun.peer_update over them), the defaults if none."""
     t = run.plan.tiers()
-    loaded = [u for u in model.units if t[u.name].tier != "vram" and t[u.name].compute == "gpu"]
+    loaded = [u for u in model.units if not tier_row(t[u.name].tier).resident and t[u.name].compute == "gpu"]
     # a block's routed experts: one set of operators per block and step, where its experts are (sim.run.schedule)
     expert_blocks = {dev: {u.block for u in model.units if u.kind == "expert" and t[u.name].compute == dev}
                      for dev in ("cpu", "gpu")}

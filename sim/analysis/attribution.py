@@ -6,6 +6,7 @@ as in the real run); only the VRAM budget is lifted, so the answer isolates the 
 from __future__ import annotations
 
 from hwmodels.specs import MachineSpec
+from sim.costs.tiers import tier_row
 from sim.run.fast import evaluate
 from sim.analysis.metrics import step_times
 from sim.plan import Budgets, Placement, Plan, Workload
@@ -32,7 +33,7 @@ def stall_attribution(model: ModelShape, machine: MachineSpec, plan: Plan, w: Wo
     """
     b = counterfactual_budgets(budgets)
     base = _tpot(model, machine, plan, w, b)
-    candidates = units or [p.unit for p in plan.placements if p.tier != "vram"][:limit]
+    candidates = units or [p.unit for p in plan.placements if not tier_row(p.tier).resident][:limit]
     index = {p.unit: k for k, p in enumerate(plan.placements)}
     out = []
     for name in candidates:

@@ -9,6 +9,7 @@ import importlib
 import pkgutil
 from collections import OrderedDict
 from importlib.util import find_spec
+from pathlib import Path
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import InputError, unknown_name
@@ -27,8 +28,20 @@ def engines() -> dict:
     return _FOUND
 
 
+def installed_names() -> list[str]:
+    """The engines' names, sorted, from their folders (each holding an engine.py) without importing any: cheap
+    enough for a command line's argument parsing."""
+    root = Path(__path__[0])
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg and (root / m.name / "engine.py").is_file())
+
+
 def engine_names() -> list[str]:
     return list(engines())
+
+
+def own_engine() -> str:
+    """The engine the planner (planner/core.py) plans for: the one whose Engine.plans_itself is set."""
+    return next(e.name for e in engines().values() if e.plans_itself)
 
 
 def engine_of(name: str):

@@ -132,6 +132,9 @@ class Engine:
     unmeasured_source: ClassVar[str] = ""  # where its default costs come from (read from its source, not measured)
     pricing_class: ClassVar[type[Pricing]] = Pricing
     exports: ClassVar[bool] = False  # the engine takes a placement as arguments (export)
+    export_form: ClassVar[str] = ""  # how a sentence names its export (e.g. "an Accelerate device_map")
+    no_export_why: ClassVar[str] = ""  # why it takes no placement, where it takes none
+    computes_rest_on_cpu: ClassVar[bool] = False  # its placement computes on the CPU what the GPU does not hold
     plans_itself: ClassVar[bool] = False  # the planner (planner/core.py) plans for it rather than best_plan
 
     def policies(self) -> dict[str, Policy]:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
+from sim.costs.tiers import tier_row
 from sim.engines.base import Costs, Kernels, Pricing
 from sim.model.shapes import param_modules
 from sim.run.items import GPU_LOAD
@@ -81,7 +82,7 @@ class HostedPricing(Pricing):
         """A pinned copy per load on the loader; hooks, cleanup and its generation loop on the compute lane."""
         c, model = self.costs, self.model
         u = model.units[ui]
-        gpu_load, disk = load == GPU_LOAD, bool(load) and tier.startswith("disk")
+        gpu_load, disk = load == GPU_LOAD, bool(load) and tier_row(tier).reads_storage
         unpack = u.nbytes / self.machine.host_memory.memcpy_bytes_per_s if gpu_load and c.pin_each_load and pins \
             else 0.0
         mods = param_modules(u.kind, model.family)

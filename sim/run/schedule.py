@@ -13,8 +13,8 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from sim.costs.compute import compute_sources, cpu_compute_s, gpu_compute_s
-from sim.costs.equations import STAGED_TIERS, copy_time_s, unpack_time_s
 from sim.costs.memory import check_plan
+from sim.costs.tiers import load_row, tier_row
 from sim.engines import costs_of, engine_of
 from sim.engines.base import Pricing
 from sim.model.shapes import ModelShape
@@ -56,7 +56,7 @@ def _compute_timer(model: ModelShape, machine: MachineSpec, plan: Plan, pricing:
     the engine's kernels on the machine's grids (cached per model and machine), then the engine's own additions."""
     units, t, k = model.units, plan.tiers(), pricing.kernels()
     cache = _compute_cache(model, machine)
-    memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]  # where a CPU unit reads
+    memory = [tier_row(t[u.name].tier).cpu_memory for u in units]  # where a CPU unit reads
 
     def base_s(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
@@ -100,19 +100,14 @@ def _unit_row(model: ModelShape, ui: int, p, plan: Plan, machine: MachineSpec, p
     pageable memory does not overlap GPU compute (measured on the H200: the compute of the unit before it finished
     only after the copy; lab/journal/validation.md), so it waits for the previous compute like a blocking copy."""
     u = model.units[ui]
-    ratio = plan.codec.ratio if plan.codec else 1.0
     cpu = p.compute == "cpu" and not offload
-    load = GPU_LOAD if (not cpu and p.tier != "vram") else CPU_READ if (cpu and p.tier.startswith("disk")) else 0
-    disk = bool(load) and p.tier.startswith("disk")
+    pins = pricing.pins(u)
+    r = load_row(tier_row(p.tier), u.nbytes, cpu, plan.codec, machine, plan.pinned_staging and pins)
+    load = GPU_LOAD if r.gpu_load else CPU_READ if r.cpu_read else 0
     # a CPU lookup in a mapped embedding touches the rows it reads, not the table (Accelerate's disk offload is a view)
     rows_only = u.kind == "embedding" and load == CPU_READ and pricing.maps_rows()
-    read = u.nbytes * (ratio if p.tier == "disk_compressed" else 1.0) if disk and not rows_only else 0.0
-    unpack = unpack_time_s(u.nbytes, plan.codec) if load and p.tier.endswith("compressed") else 0.0
-    pins = pricing.pins(u)
-    staged = plan.pinned_staging and p.tier in STAGED_TIERS and pins
-    gpu_load = load == GPU_LOAD
-    pinned = p.tier == "ram_pinned" or staged
-    copy = copy_time_s(u.nbytes, machine, pinned=pinned) if gpu_load else 0.0
+    read = 0.0 if rows_only else r.read_nbytes
+    unpack, copy, pinned, staged, gpu_load = r.unpack_s, r.copy_s, r.pinned, r.staged, r.gpu_load
     blocking = gpu_load and (not plan.overlap_copy or not pinned)
     host, overhead = pricing.load_costs(ui, p.tier, load, copy, pins)
     unpack += host

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.costs.tiers import tier_row
 from sim.model.routing import ExpertRouter
 from sim.model.shapes import ATTENTION_KINDS, ModelShape
 from sim.plan import Plan, Workload
@@ -27,7 +28,7 @@ def moe_steps(sch: Schedule, rows: dict, row, compute_time, model: ModelShape, p
     rng = np.random.default_rng(w.seed + 1)
     order = [(ui, -1) if u.expert is None else (ui, u.block) for ui, u in enumerate(units)
              if u.expert is None or u.expert == 0]  # (unit, -1) or (first expert unit of a block, block)
-    streamed_expert = [t[u.name].tier != "vram" or t[u.name].compute == "cpu" for u in units]
+    streamed_expert = [not tier_row(t[u.name].tier).resident or t[u.name].compute == "cpu" for u in units]
     cols = (sch.on_cpu, sch.load, sch.read_bytes, sch.unpack_s, sch.copy_s, sch.copy_bytes, sch.pinned_slot,
             sch.blocking, sch.overhead_s)
 

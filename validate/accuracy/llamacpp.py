@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.costs.tiers import tier_row
 from sim.model.shapes import ATTENTION_KINDS
 from validate.accuracy import peers
 from validate.accuracy.llamacpp_runs import Arch, BenchRun, load
@@ -83,7 +84,7 @@ def apart_field(a: Arch, x: BenchRun, names: FitNames) -> str | None:
             and not _cpu_units(x, a, ("expert",)):
         return "gpu_moe_expert_s"
     if _name(a) in names.pinned and rec["n_gen"] == 0 and not mapped \
-            and any(p.tier == "ram_pinned" for p in x.run.plan.placements):
+            and any(tier_row(p.tier).pinned_home for p in x.run.plan.placements):
         return "gpu_offload_split_pinned_s"
     return None
 

@@ -22,6 +22,7 @@ class AccelerateEngine(Engine):
         'np.memmap (utils/offload.py); costs not measured on this machine')
     pricing_class = AcceleratePricing
     exports = True
+    export_form = "an Accelerate device_map"
     calibration_method = ("each tensor's safetensors open per forward, as a line in its file's header entries "
                           "(sim/engines/accelerate/disk_cost.py); its offload hooks per module "
                           "(sim/engines/accelerate/hook_cost.py)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hwmodels.units import GiB, InputError
 from sim.costs.memory import activation_bytes, kv_cache_bytes, resident_weight_bytes
+from sim.costs.tiers import tier_row
 from sim.plan import Plan, Workload
 from sim.model.shapes import ModelShape
 
@@ -51,7 +52,8 @@ def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes:
     fused: dict[str, list] = {}
     for u in model.units:
         p = tiers[u.name]
-        dev = 0 if p.tier == "vram" else "disk" if p.tier.startswith("disk") else "cpu"
+        row = tier_row(p.tier)
+        dev = 0 if row.resident else "disk" if row.reads_storage else "cpu"
         if u.kind == "expert":  # transformers 5 fuses a block's experts into one module: map that module
             fused.setdefault(hf_module(model, u.modules[0]).rsplit(".", 1)[0], []).append(dev)
             continue
@@ -67,7 +69,7 @@ def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes:
     elif any(p.compute == "cpu" for p in plan.placements):
         notes.append("Accelerate computes offloaded modules on the GPU; units the plan computes on the CPU are "
                      "mapped to 'cpu' (offloaded) and will be copied in each forward.")
-    if any(p.tier in ("ram_compressed", "disk_compressed") for p in plan.placements):
+    if any(tier_row(p.tier).compressed for p in plan.placements):
         notes.append("Accelerate has no lossless compressed tier; compressed units are mapped to their raw tier.")
     weights_gpu = resident_weight_bytes(model, plan)
     headroom = kv_cache_bytes(model, workload) + activation_bytes(model, workload)

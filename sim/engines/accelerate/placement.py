@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from hwmodels.specs import MachineSpec
 from sim.costs.memory import check_plan
+from sim.costs.tiers import tier_row
 from sim.engines.common import blocks_of, make_plan
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
@@ -54,7 +55,7 @@ def accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, budgets
                    policy: str) -> Plan:
     """A device_map run by Accelerate: offloaded units copied to the GPU before each forward, or everything computed
     on the CPU when nothing is on the GPU (Accelerate's execution device is then the CPU)."""
-    on_cpu = all(t != "vram" for t in tiers.values())
+    on_cpu = not any(tier_row(t).resident for t in tiers.values())
     plan = make_plan(model, machine, policy, tiers, {n: "cpu" for n in tiers} if on_cpu else None, prefetch_depth=0,
                      overlap_copy=False, vram_slots=1, pinned_slots=0, pinned_staging=False, engine="accelerate")
     check_plan(model, plan, w, budgets)

@@ -21,6 +21,7 @@ class AirllmEngine(Engine):
         "clean_memory after each layer, as hooks on transformers' own forward and generate); costs not "
         'measured on this machine')
     pricing_class = AirllmPricing
+    no_export_why = "it re-reads every layer from disk each token"
     calibration_method = "its cleanup after each module in a fresh process (sim/engines/airllm/cleanup.py)"
 
     def policies(self) -> dict:

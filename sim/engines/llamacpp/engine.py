@@ -29,6 +29,8 @@ class LlamacppEngine(Engine):
         'machine')
     pricing_class = LlamacppPricing
     exports = True
+    export_form = "llama.cpp -ngl/-ot arguments"
+    computes_rest_on_cpu = True
 
     def policies(self) -> dict:
         return {"llamacpp": llamacpp}

@@ -6,6 +6,7 @@ import re
 import shlex
 
 from hwmodels.units import InputError
+from sim.costs.tiers import tier_row
 from sim.plan import Plan, Workload
 from sim.model.shapes import ModelShape
 
@@ -47,8 +48,8 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     head_gpu, notes = True, []
     for u in model.units:
         p = tiers[u.name]
-        gpu = p.tier == "vram"
-        if p.tier != "vram" and p.compute == "gpu":
+        gpu = tier_row(p.tier).resident
+        if not gpu and p.compute == "gpu":
             notes.append("llama.cpp does not stream weights: streamed units are computed on the CPU instead.")
         if u.kind == "lm_head":
             head_gpu = gpu
@@ -85,9 +86,9 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     # the plan's CPU weights pinned: llama.cpp reads them into its GPU's pinned host buffers only when it does not
     # map the file (--load-mode none; builds before the option was added: --no-mmap)
     # (all of them: it cannot pin some and map others)
-    cpu_tiers = {p.tier for p in plan.placements if p.compute == "cpu"}
-    args += ["--load-mode", "none"] if cpu_tiers == {"ram_pinned"} else []
-    if "ram_pinned" in cpu_tiers and len(cpu_tiers) > 1:
+    cpu_pinned = {tier_row(p.tier).pinned_home for p in plan.placements if p.compute == "cpu"}
+    args += ["--load-mode", "none"] if cpu_pinned == {True} else []
+    if cpu_pinned == {True, False}:
         notes.append("llama.cpp pins all of its CPU weights or none: the plan's pinned ones stay in the mapped file.")
     for rule in ot:
         re.compile(rule.rsplit("=", 1)[0])  # every pattern must be a valid regex

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from hwmodels.specs import MachineSpec
 from sim.costs.memory import PlanError, check_plan
+from sim.costs.tiers import tier_row
 from sim.engines.common import OFFLOAD_MIN_TOKENS, blocks_of, host_tiers, make_plan
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
@@ -28,7 +29,7 @@ def llamacpp_layout(model: ModelShape, machine: MachineSpec, budgets: Budgets, n
     on_gpu = {n for g in order[:ngl] for n in g}
     cpu_names = [u.name for u in model.units if u.name not in on_gpu]
     tiers = host_tiers(model, cpu_names, budgets, 0, not mapped)  # mmap: nothing pinned
-    if not mapped and any(tiers[n] != "ram_pinned" for n in cpu_names):
+    if not mapped and not all(tier_row(tiers[n]).pinned_home for n in cpu_names):
         pinned = sum(model.unit(n).nbytes for n in cpu_names)
         flag, room = min(("--pinned", budgets.pinned_bytes), ("--ram", budgets.ram_bytes), key=lambda f: f[1])
         raise PlanError(f"llama.cpp --load-mode none pins its CPU weights ({pinned / 2**30:.2f} GiB) but the "

@@ -2,6 +2,7 @@
 weights on large steps, its CUDA graphs' warm-up, unfused attentions and the operators of an MoE block."""
 from __future__ import annotations
 
+from sim.costs.tiers import tier_row
 from sim.engines.base import Kernels
 from sim.engines.hosted import HostedPricing
 from sim.engines.llamacpp.graphs import cpu_stream_bytes_per_s, ggml_flash_attention, graph_warmup_steps
@@ -15,7 +16,7 @@ class LlamacppPricing(HostedPricing):
         c, t, units = costs, self.tiers, model.units
         self.fused = ggml_flash_attention(model, plan, c.flash_attention, c.flash_attn)
         self._kernels = self._own_kernels()
-        memory = ["pinned" if t[u.name].tier == "ram_pinned" else "pageable" for u in units]
+        memory = [tier_row(t[u.name].tier).cpu_memory for u in units]
         # op offload: a CPU-held unit multiplied on the GPU keeps its attention on the CPU, with its KV cache (the
         # GPU price of the unit still counts its attention there too: small beside the copy at these step sizes)
         self.offloaded = [t[u.name].compute == "cpu" and u.kind != "embedding" for u in units]
