@@ -12,7 +12,7 @@ from offloadsim.outputs import atomic, check_output
 
 def calibrate_peer_cmd(args: argparse.Namespace) -> int:
     from sim.model.resolve import load_model
-    from validate.llamacpp_bench import calibrate_host, read_records
+    from sim.engines.llamacpp.bench import calibrate_host, read_records
     out = check_output(args.out, "out", (args.bench, args.model, args.profile), (".json",))
     machine = load_machine(args.profile)
     shape = load_model(args.model)

@@ -175,8 +175,9 @@ def test_calibrate_peer_reads_the_gguf_llama_bench_ran(tmp_path, capsys):
     preset prices that shape at -ngl 0 give a factor of 1.25, written to the profile."""
     import json
     from hwmodels.presets import load_machine
-    from validate.llamacpp_bench import run_of
-    from validate.peer_calibration import host_scaled, predict, with_peer
+    from sim.engines.llamacpp.bench import run_of
+    from sim.engines.llamacpp.fitting import host_scaled
+    from validate.peer_calibration import predict, with_peer
     path = tmp_path / "m.gguf"
     write_llama(path)
     shape = load_model(str(path))
@@ -201,8 +202,9 @@ def test_calibrate_peer_prices_each_record_with_its_own_flash_attention(tmp_path
     import json
     from hwmodels.presets import load_machine
     from sim.model.shapes import ATTENTION_KINDS, FLASH_ATTN_SAVED_OPS
-    from validate.llamacpp_bench import run_of
-    from validate.peer_calibration import host_scaled, predict, with_peer
+    from sim.engines.llamacpp.bench import run_of
+    from sim.engines.llamacpp.fitting import host_scaled
+    from validate.peer_calibration import predict, with_peer
     path = tmp_path / "m.gguf"
     write_llama(path)
     shape = load_model(str(path))

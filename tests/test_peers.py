@@ -603,7 +603,8 @@ def test_llamacpp_cpu_row_cost_hand_worked_and_fit_recovers_it(toy_machine):
     models whose bytes, operators and rows vary apart gives the row cost back beside the others, the fit counts the
     rows of the CPU's units, and a host twice as fast halves it."""
     from sim.costs.compute import cpu_compute_s
-    from validate.peer_calibration import features, host_scaled
+    from sim.engines.llamacpp.fitting import host_scaled
+    from validate.peer_calibration import features
     u = _shaped([("l0", "decoder", 4, 8)]).units[0]
     assert cpu_compute_s(u, toy_machine, 1, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01, flash_attention=True,
                          row_s=0.05) == pytest.approx(6.39)
@@ -786,7 +787,8 @@ def test_llamacpp_cpu_attention_unfused_pays_three_operators_and_its_own_cost_on
     GPU attention keeps it on). The fit counts the same; a host twice as fast halves the cost."""
     import numpy as np
     from hwmodels.presets import load_machine
-    from validate.peer_calibration import features, host_scaled
+    from sim.engines.llamacpp.fitting import host_scaled
+    from validate.peer_calibration import features
     m = load_machine("h200-testbox")
     spec = costs_of(m, "llamacpp").model_copy(update={"cpu_op_s": 1e-5, "cpu_mm_attention_s": 1e-3,
                                                   "gpu_mm_attention_s": 0.0})
@@ -1040,8 +1042,9 @@ def test_llamacpp_policy_fits_an_moe_as_its_fit_does():
 def _bench_records(shape, machine, scale: float, ngls=(0, 3, 7), n_gen: int = 32) -> list[dict]:
     """llama-bench generation records of a host whose CPU runs llama.cpp `scale` times as fast as the preset's:
     each record's time is the engine model's with the preset's CPU speeds scaled (hand-set truth to recover)."""
-    from validate.llamacpp_bench import run_of
-    from validate.peer_calibration import host_scaled, predict, with_peer
+    from sim.engines.llamacpp.bench import run_of
+    from sim.engines.llamacpp.fitting import host_scaled
+    from validate.peer_calibration import predict, with_peer
     truth = with_peer(machine, "llamacpp", host_scaled(costs_of(machine, "llamacpp"), scale))
     out = []
     for ngl in ngls:
@@ -1053,7 +1056,7 @@ def _bench_records(shape, machine, scale: float, ngls=(0, 3, 7), n_gen: int = 32
 
 def test_host_scale_multiplies_every_cpu_speed_and_divides_the_operator_cost():
     from hwmodels.presets import load_machine
-    from validate.peer_calibration import host_scaled
+    from sim.engines.llamacpp.fitting import host_scaled
     spec = costs_of(load_machine("h200-testbox"), "llamacpp")
     s = host_scaled(spec, 2.0)
     assert s.cpu_bytes_per_s == 2 * spec.cpu_bytes_per_s and s.cpu_cache_bytes_per_s == 2 * spec.cpu_cache_bytes_per_s
@@ -1066,7 +1069,7 @@ def test_calibrate_host_recovers_a_known_cpu_speed_from_llama_bench_records():
     prediction matches; a record with every layer on the GPU does not count (nothing of the CPU in it)."""
     from hwmodels.presets import load_machine
     from hwmodels.units import InputError
-    from validate.llamacpp_bench import calibrate_host
+    from sim.engines.llamacpp.bench import calibrate_host
     m = load_machine("h200-testbox")
     recs = _bench_records(LLAMA6, m, 1.3, ngls=(0, 3, 7))
     got, rep = calibrate_host(LLAMA6, m, recs, "test")
@@ -1089,7 +1092,7 @@ def test_calibrate_host_reports_how_far_the_host_moved_a_setting_timed_twice():
     """-ngl 0 timed again 1.5x slower (a slow spell): its floor is (1.5 - 1) / (1.5 + 1) = 20%, the least any one
     prediction misses both timings by; -ngl 3 timed once is no repeat; without a repeat, no floor."""
     from hwmodels.presets import load_machine
-    from validate.llamacpp_bench import calibrate_host
+    from sim.engines.llamacpp.bench import calibrate_host
     m = load_machine("h200-testbox")
     recs = _bench_records(LLAMA6, m, 1.0, ngls=(0, 3))
     slow = dict(recs[0], avg_ns=recs[0]["avg_ns"] * 1.5, samples_ns=[x * 1.5 for x in recs[0]["samples_ns"]])

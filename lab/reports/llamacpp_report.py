@@ -55,8 +55,9 @@ from sim.engines.llamacpp.fit import fit_placement
 from sim.engines.llamacpp.layout import llamacpp_ngl
 from sim.model.shapes import ATTENTION_KINDS, ModelShape
 from validate.accuracy.llamacpp_runs import flash_attention_build, head_on_gpu, head_override, with_tensor_sizes
-from validate.llamacpp_bench import bench_budgets as budgets, mapped_of, run_of
-from validate.peer_calibration import PeerRun, fit, fit_host_scale, fit_scalar, host_scaled, predict, with_peer
+from sim.engines.llamacpp.bench import bench_budgets as budgets, mapped_of, run_of
+from sim.engines.llamacpp.fitting import fit_host_scale, host_scaled
+from validate.peer_calibration import PeerRun, fit, fit_scalar, predict, with_peer
 
 
 HOST = load_machine("h200-testbox")

@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path
 
 from lab.reports.llamacpp_report import ngl_label
-from validate.llamacpp_bench import median_time_s
+from sim.engines.llamacpp.bench import median_time_s
 from validate.accuracy.errors import floor_pct
 
 AGREE_PCT = 15.0  # another timing of the setting within this of the prediction: the model agrees with a repeat

@@ -1,6 +1,6 @@
 """Every access of the accuracy readers to the peer engines' cost model, in one place: the peer costs a recorded
 profile carries (each engine's typed costs, sim.engines.costs_of), the runs of a peer (validate.peer_calibration's PeerRun, its
-fits and its prediction), llama-bench's records as runs (validate.llamacpp_bench) and the peers' placements. The
+fits and its prediction), llama-bench's records as runs (sim.engines.llamacpp.bench) and the peers' placements. The
 other modules of validate.accuracy reach the peers through these functions only."""
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from sim.engines.llamacpp.layout import llamacpp_ngl
 from sim.engines.placements import POLICIES
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
-from validate.llamacpp_bench import bench_budgets, mapped_of, median_time_s, run_of
-from validate.peer_calibration import PeerRun, fit, fit_host_scale, fit_scalar, host_scaled, predict, with_peer
+from sim.engines.llamacpp.bench import bench_budgets, mapped_of, median_time_s, run_of
+from sim.engines.llamacpp.fitting import fit_host_scale, host_scaled
+from validate.peer_calibration import PeerRun, fit, fit_scalar, predict, with_peer
 
 __all__ = ["PeerRun", "bench_budgets", "mapped_of", "median_time_s", "bench_run", "llamacpp_plan"]
 
@@ -105,7 +106,7 @@ def with_build(run: PeerRun, flash_attention: bool) -> PeerRun:
 
 
 def bench_run(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None, label: str) -> PeerRun:
-    """A llama-bench record as a run (validate.llamacpp_bench.run_of)."""
+    """A llama-bench record as a run (sim.engines.llamacpp.bench.run_of)."""
     return run_of(rec, shape, machine, plan, label)
 
 

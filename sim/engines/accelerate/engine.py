@@ -4,6 +4,7 @@ from __future__ import annotations
 from sim.engines.accelerate.costs import AccelerateCosts
 from sim.engines.accelerate.disk_cost import offload_open
 from sim.engines.accelerate.export import to_accelerate
+from sim.engines.accelerate.fitting import FITTING
 from sim.engines.accelerate.hook_cost import hook_module_s
 from sim.engines.accelerate.placement import accelerate
 from sim.engines.accelerate.planning import best_accelerate_map
@@ -17,6 +18,7 @@ class AccelerateEngine(Engine):
     rank = 1
     policy_rank = 2
     costs_model = AccelerateCosts
+    fitting = FITTING
     unmeasured_source = (
         'Accelerate hooks.py (AlignDevicesHook): blocking pageable copies per module, disk offload through '
         'np.memmap (utils/offload.py); costs not measured on this machine')

@@ -4,6 +4,7 @@ from __future__ import annotations
 from hwmodels.units import InputError
 from sim.engines.airllm.cleanup import module_cleanup
 from sim.engines.airllm.costs import AirllmCosts
+from sim.engines.airllm.fitting import FITTING
 from sim.engines.airllm.placement import airllm
 from sim.engines.airllm.pricing import AirllmPricing
 from sim.engines.base import Engine
@@ -16,6 +17,7 @@ class AirllmEngine(Engine):
     policy_rank = 1
     dominated_by_streaming = True  # no copy/compute overlap
     costs_model = AirllmCosts
+    fitting = FITTING
     unmeasured_source = (
         'airllm 4.0 airllm_base.py (safetensors load_file maps the layer file, pin_memory copies it, '
         "clean_memory after each layer, as hooks on transformers' own forward and generate); costs not "

@@ -5,6 +5,7 @@ from sim.costs.memory import PlanError
 from sim.engines.base import Engine
 from sim.engines.llamacpp.costs import LlamacppCosts
 from sim.engines.llamacpp.export import to_llamacpp
+from sim.engines.llamacpp.fitting import FITTING
 from sim.engines.llamacpp.ggml_memory import ggml_compute_bytes, ggml_kv_bytes, ggml_largest_copy
 from sim.engines.llamacpp.placement import llamacpp
 from sim.engines.llamacpp.planning import best_llamacpp
@@ -23,6 +24,7 @@ class LlamacppEngine(Engine):
     rank = 2
     policy_rank = 3
     costs_model = LlamacppCosts
+    fitting = FITTING
     unmeasured_source = (
         'llama.cpp: -ngl placement (src/llama-model.cpp), CPU compute of the other layers on the mapped file,'
         " CUDA graphs for the GPU's share (GGML_CUDA_GRAPHS, on by default); costs not measured on this "

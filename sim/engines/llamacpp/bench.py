@@ -1,14 +1,15 @@
 """llama.cpp's own measurements (llama-bench -o json) as runs of the llama.cpp engine model, and one host's CPU speed
 calibrated on them.
 
-A llama-bench record becomes a run: the placement its -ngl (and --n-cpu-moe) gives (sim.engines.placements.llamacpp_ngl),
-its weights the mapped model file unless its load mode reads them into pinned host buffers (mapped_of), its time
-per token (a generation test: the median repetition over its G tokens) or its first token (a prompt test).
+A llama-bench record becomes a run: the placement its -ngl (and --n-cpu-moe) gives
+(sim.engines.llamacpp.layout.llamacpp_ngl), its weights the mapped model file unless its load mode reads them into
+pinned host buffers (mapped_of), its time per token (a generation test: the median repetition over its G tokens)
+or its first token (a prompt test).
 
 The engine's costs were fitted on one host (the h200-testbox preset's peers.llamacpp, lab/journal/peers.md); the same
 settings timed on hosts of the same kind ran up to 28% apart in their CPU share (lab/data/peers/llamacpp-{aa,ah}.json),
 as hosts shared with other work do. `calibrate_host` measures that on the user's host from their own llama-bench
-runs: one factor on the CPU's speeds (validate.peer_calibration.host_scaled), fitted by least squares of the log
+runs: one factor on the CPU's speeds (sim.engines.llamacpp.fitting.host_scaled), fitted by least squares of the log
 error over the generation tests given. No torch.
 """
 from __future__ import annotations
@@ -25,8 +26,8 @@ from hwmodels.units import InputError
 from sim.plan import Budgets, Plan, Workload
 from sim.engines.llamacpp.layout import llamacpp_ngl
 from sim.model.shapes import ModelShape
-from validate.peer_calibration import (HOST_SCALE_BOUNDS, PeerRun, fit_host_scale, floor_pct, host_scaled, predict,
-                                       with_peer)
+from sim.engines.llamacpp.fitting import HOST_SCALE_BOUNDS, fit_host_scale, host_scaled
+from sim.engines.measured import PeerRun, floor_pct, predict, with_peer
 from hwmodels.presets import load_machine
 
 UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")  # llama-model-loader.cpp: only auto, mmap and mmap+mlock map the file
@@ -178,7 +179,7 @@ def calibrate_host(shape: ModelShape, machine: MachineSpec, records: list[dict],
     scaled = host_scaled(spec, scale)
     said = (f"[M] measured: {note}their CPU speeds scaled by {scale:.3f} to this host, fitted on {len(held)} "
             f"llama-bench generation tests ({', '.join(r.label for r in held)}) of {shape.name} by offloadsim "
-            f"calibrate-peer (validate/llamacpp_bench.py) from {source}")
+            f"calibrate-peer (sim/engines/llamacpp/bench.py) from {source}")
     m1 = with_peer(machine, "llamacpp", scaled)
     m1 = m1.model_copy(update={"sources": {**m1.sources, **{f"peers.llamacpp.{k}": said for k in m1.peers["llamacpp"]}}})
     rows = [{"run": r.label, "tokens": rec["n_gen"], "measured_s": r.measured_tpot_s,
