@@ -6,11 +6,19 @@ import json
 from pathlib import Path
 
 from hwmodels.presets import load_machine
+from hwmodels.units import InputError
 from offloadsim.output import emit
 from offloadsim.outputs import atomic, check_output
+from sim.engines import installed_names
+
+ENGINE = "llamacpp"  # the one engine whose benchmark output calibrate-peer reads (llama-bench's)
 
 
 def calibrate_peer_cmd(args: argparse.Namespace) -> int:
+    if ENGINE not in installed_names():
+        raise InputError(f"calibrate-peer: the llama.cpp engine is not installed (no sim/engines/{ENGINE}; installed: "
+                         f"{', '.join(installed_names())}); calibrate-peer fits llama.cpp's costs only, so install "
+                         "that engine to use it.")
     from sim.model.resolve import load_model
     from sim.engines.llamacpp.bench import calibrate_host, read_records
     out = check_output(args.out, "out", (args.bench, args.model, args.profile), (".json",))

@@ -121,12 +121,40 @@ def test_calibrate_times_only_the_engines_asked_and_refuses_one_it_cannot_time(c
 
 def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin", "HOME": str(cwd)}
-    return subprocess.run([sys.executable, "-m", "offloadsim", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return _run(cwd, "-m", "offloadsim", *args)
+
+
+# imports every module of validate (but its accuracy page: llama.cpp's and Accelerate's recorded runs) with torch
+# made unimportable; prints the modules imported and those that stopped at importing torch
+IMPORT_VALIDATE = """
+import importlib, json, pkgutil, sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "torch":
+            raise ModuleNotFoundError("No module named 'torch'", name="torch")
+sys.meta_path.insert(0, NoTorch())
+import validate
+got = {"imported": [], "torch": []}
+for m in pkgutil.iter_modules(validate.__path__, "validate."):
+    if m.name == "validate.accuracy":
+        continue
+    try:
+        importlib.import_module(m.name)
+        got["imported"].append(m.name)
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        got["torch"].append(m.name)
+print(json.dumps(got))
+"""
 
 
 def test_deleting_an_engines_folder_removes_that_engine_and_nothing_else(tmp_path):
-    for pkg in ("hwmodels", "sim", "planner", "offloadsim"):
+    for pkg in ("hwmodels", "sim", "planner", "validate", "offloadsim"):
         shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     for gone in ("airllm", "llamacpp"):
         shutil.rmtree(tmp_path / "sim" / "engines" / gone)
@@ -136,14 +164,27 @@ def test_deleting_an_engines_folder_removes_that_engine_and_nothing_else(tmp_pat
                  ["plan", "llama-3.1-8b", "--vram", "6GiB", "--time-budget", "30", *common],
                  ["plan", "llama-3.1-8b", "--vram", "6GiB", "--engine", "accelerate", "--export", "accelerate",
                   *common]):
-        got = _run(tmp_path, *args)
+        got = _cli(tmp_path, *args)
         assert got.returncode == 0, (args, got.stderr[-2000:])
-    engines_seen = json.loads(_run(tmp_path, "plan", "llama-3.1-8b", "--vram", "6GiB", *common).stdout)["engines"]
+    engines_seen = json.loads(_cli(tmp_path, "plan", "llama-3.1-8b", "--vram", "6GiB", *common).stdout)["engines"]
     assert set(engines_seen) == {"offloadsim", "accelerate"}
     for args in (["simulate", "llama-3.1-8b", "--policy", "llamacpp", *common],
                  ["plan", "llama-3.1-8b", "--vram", "6GiB", "--engine", "airllm", *common]):
-        got = _run(tmp_path, *args)
+        got = _cli(tmp_path, *args)
         assert got.returncode != 0 and "Traceback" not in got.stderr, got.stderr[-2000:]
         assert len(got.stderr.strip().splitlines()) == 1  # the CLI's --engine choices are the folders left
         assert "unknown name" in got.stderr or "invalid choice: 'airllm' (choose from 'accelerate', 'offloadsim')" \
             in got.stderr, got.stderr
+    # calibration: the generic fit imports without the engines' folders; calibrate-peer (llama.cpp's) refuses
+    got = _cli(tmp_path, "calibrate-peer", "llama-3.1-8b", "--bench", "bench.json")
+    assert got.returncode == 2 and len(got.stderr.strip().splitlines()) == 1, got.stderr[-2000:]
+    assert "calibrate-peer: the llama.cpp engine is not installed" in got.stderr, got.stderr
+    got = _cli(tmp_path, "calibrate", "--quick", "--model", "llama-3.1-8b", "--peer", "llamacpp", "--dir", ".")
+    assert got.returncode == 2 and len(got.stderr.strip().splitlines()) == 1, got.stderr[-2000:]
+    assert "unknown name" in got.stderr and "llamacpp" in got.stderr, got.stderr
+    got = _run(tmp_path, "-c", IMPORT_VALIDATE)
+    assert got.returncode == 0, got.stderr[-2000:]
+    found = json.loads(got.stdout)
+    assert {"validate.peer_calibration", "validate.accepted", "validate.archs", "validate.checkpoint"} \
+        <= set(found["imported"]), found
+    assert "validate.model" in found["torch"], found  # torch was out of reach: what needs it stopped there
