@@ -14,19 +14,14 @@ import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from hwmodels.specs import MachineSpec
-from sim.engines import costs_of, engine_of
+from sim.engines import costs_of
 from sim.engines.base import Costs
-from sim.engines.measured import Fitting, PeerRun, fit_scalar, floor_pct, measured, predict, with_peer
+from sim.engines.measured import PeerRun, fit_scalar, fitting_of, floor_pct, measured, predict, with_peer
 from sim.model.shapes import ModelShape
 from sim.plan import Plan
 
 __all__ = ["PeerRun", "features", "fit", "fit_scalar", "fitting_of", "floor_pct", "identifiable", "measured",
            "predict", "rate_bytes", "with_peer"]
-
-
-def fitting_of(engine: str) -> Fitting:
-    """What `engine` fits of its costs (Engine.fitting): nothing where it has none."""
-    return engine_of(engine).fitting or Fitting()
 
 
 def features(model: ModelShape, run: PeerRun, params: tuple[str, ...], spec: Costs | None = None) -> np.ndarray:

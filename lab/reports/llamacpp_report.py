@@ -423,7 +423,7 @@ def cpu_bytes(run: PeerRun, shape: ModelShape) -> int:
 
 
 def host_scales(loaded, spec) -> dict[str, tuple[float, tuple]]:
-    """Per file (one call, one host): the CPU scale of llama.cpp's kernels (validate.peer_calibration.host_scaled)
+    """Per file (one call, one host): the CPU scale of llama.cpp's kernels (sim.engines.llamacpp.fitting.host_scaled)
     fitted on one run, the generation test that streams the most weights on the CPU, of any architecture of the
     call (-ngl 0 of its largest model where it has one: layers large enough that streaming, not per-operator costs,
     decides), the model file mapped and one sequence: (scale, (arch, run, test))."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hwmodels.specs import MachineSpec
-from sim.engines import costs_of, with_costs
+from sim.engines import costs_of, engine_of, with_costs
 from sim.engines.base import Costs
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
@@ -36,11 +36,16 @@ def with_peer(machine: MachineSpec, engine: str, spec: Costs) -> MachineSpec:
     return with_costs(machine, engine, spec)
 
 
+def fitting_of(engine: str) -> "Fitting":
+    """What `engine` fits of its costs (Engine.fitting): nothing where it has none."""
+    return engine_of(engine).fitting or Fitting()
+
+
 def predict(model: ModelShape, machine: MachineSpec, run: PeerRun) -> dict:
+    """The simulator's summary of the run, priced with the engine's costs of the machine as the run's engine differed
+    (Fitting.run_update)."""
     peer = costs_of(machine, run.plan.engine)
-    update = dict(run.peer_update)
-    if run.graphs_warm and getattr(peer, "gpu_graph_warmup_op_s", 0.0):
-        update["gpu_graph_warmup_op_s"] = 0.0
+    update = fitting_of(run.plan.engine).run_update(run, peer)
     if update and peer is not None:
         machine = with_peer(machine, run.plan.engine, peer.model_copy(update=update))
     return fast_simulate(model, machine, run.plan, run.workload, run.budgets)
@@ -82,6 +87,10 @@ class Fitting:
     nonlinear: tuple[str, ...] = ()  # not additive: left to the least squares, absent in the linear start
     optional_rates: tuple[str, ...] = ()  # speeds left absent when no run streams at them
     measured_by_some: tuple[str, ...] = ()  # costs left absent (their default) when no run pays them
+
+    def run_update(self, run: PeerRun, peer: Costs | None) -> dict:
+        """How the engine that ran differs from the machine's costs `peer` (PeerRun.peer_update)."""
+        return dict(run.peer_update)
 
     def counts(self, model: ModelShape, run: PeerRun, spec: Costs | None) -> dict[str, float]:
         """How many times per token the run pays each fitted cost (a speed's: whether the run measures it)."""

@@ -33,6 +33,14 @@ class LlamacppFitting(Fitting):
     measured_by_some = ("gpu_multi_row_s", "gpu_row_token_s", "cpu_flops_per_s", "gpu_offload_split_s",
                         "gpu_graph_warmup_op_s", "gpu_mm_attention_s", "cpu_mm_attention_s")
 
+    def run_update(self, run: PeerRun, peer: Costs | None) -> dict:
+        """The run's differences, and no graph warm-up where an identical run just before left the graphs
+        captured."""
+        update = dict(run.peer_update)
+        if run.graphs_warm and getattr(peer, "gpu_graph_warmup_op_s", 0.0):
+            update["gpu_graph_warmup_op_s"] = 0.0
+        return update
+
     def counts(self, model: ModelShape, run: PeerRun, spec: Costs | None) -> dict[str, float]:
         """How many times per token the run pays each cost; `spec`: llama.cpp's costs the run is priced with (its
         flash-attention settings, PeerRun.peer_update over them), the defaults if none."""
