@@ -12,7 +12,6 @@ Run: python lab/reports/peers_report.py lab/data/peers/peers-a.json [--json OUT]
      python lab/reports/peers_report.py lab/data/peers/peers-{n,o,p}.json --per-call  (each call's costs fitted on its
      own calibration runs, the held-out runs of all of them summarised together)
 """
-from sim.engines import costs_of
 from __future__ import annotations
 
 import argparse
@@ -22,6 +21,7 @@ import statistics
 from pathlib import Path
 
 from hwmodels.specs import MachineSpec
+from sim.engines import costs_of
 from sim.engines.accelerate.export import tiers_from_device_map
 from sim.plan import Budgets, Workload
 from sim.engines.placements import POLICIES
