@@ -312,8 +312,8 @@ def test_repeated_grid_rounds_give_the_median_and_the_spread():
 
 def test_cpu_grids_interleave_pageable_and_pinned_rounds(monkeypatch):
     """calibrate times the CPU grids pageable, pinned, pageable, pinned, ... and keeps each point's median."""
-    import validate.calibrate as cal
-    from validate.calibrate import cpu_grids
+    import validate.calibrate_compute as cal
+    from validate.calibrate_compute import cpu_grids
     u = toy_model().units[0]
     calls = []
 
@@ -370,7 +370,7 @@ def test_graph_replay_pays_less_per_kernel_than_eager_launches(toy_machine):
 
 def test_calibrate_reads_the_graph_overhead_off_the_decoder_grid(toy_machine):
     """A decoder graph grid of 0.228 ms for a 436 MB layer at 4.27 TB/s (0.1021 ms) and 40 launches: 3.16 us each."""
-    from validate.calibrate import _graph_overhead
+    from validate.calibrate_profile import _graph_overhead
     gpu = toy_machine.gpu.model_copy(update={"vram_bytes_per_s": 4.27e12})
     m = toy_machine.model_copy(update={"gpu": gpu})
     grid = {"device": "gpu", "dispatch": "graph", "unit": {"kind": "decoder", "nbytes": 436e6},

@@ -342,7 +342,7 @@ def test_offload_open_line_resists_one_slow_pass(tmp_path):
 
 def test_calibrate_measures_the_map_speed(tmp_path):
     pytest.importorskip("torch")
-    from validate.calibrate import map_touch
+    from validate.calibrate_host import map_touch
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(8 * 2**20))
     speed = map_touch(path, 8 * 2**20)
