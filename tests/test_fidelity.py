@@ -5,7 +5,7 @@ import math
 import pytest
 
 from hwmodels.profiles import ComputeGrid, H2DPoint
-from sim.costs.compute import gpu_compute_s, grid_time_s, signature
+from sim.costs.compute import GpuKernels, gpu_compute_s, grid_time_s, signature
 from sim.run.fast import evaluate
 from sim.costs.equations import copy_bytes_per_s
 from sim.costs.load import load_time_s
@@ -207,7 +207,7 @@ def test_graph_grids_price_offloadsims_engine_and_eager_grids_the_peers(toy_mach
     eager = grid_for(u0, dispatch="eager", decode_s=((1.0, 3.0), (2.0, 6.0)))    # the same point launched eagerly: 1.0
     both = toy_machine.model_copy(update={"compute_grids": (eager, graph)})
     assert gpu_compute_s(u0, both, 1, 1, 10, "toy") == pytest.approx(0.1)
-    assert gpu_compute_s(u0, both, 1, 1, 10, "toy", dispatch="eager") == pytest.approx(1.0)
+    assert gpu_compute_s(u0, both, 1, 1, 10, "toy", GpuKernels(dispatch="eager")) == pytest.approx(1.0)
     only_eager = toy_machine.model_copy(update={"compute_grids": (eager,)})
     assert gpu_compute_s(u0, only_eager, 1, 1, 10, "toy") == pytest.approx(1.0)  # no graph grid: the eager one
 
@@ -312,8 +312,8 @@ def test_repeated_grid_rounds_give_the_median_and_the_spread():
 
 def test_cpu_grids_interleave_pageable_and_pinned_rounds(monkeypatch):
     """calibrate times the CPU grids pageable, pinned, pageable, pinned, ... and keeps each point's median."""
-    import validate.calibrate as cal
-    from validate.calibrate import cpu_grids
+    import validate.calibrate_compute as cal
+    from validate.calibrate_compute import cpu_grids
     u = toy_model().units[0]
     calls = []
 
@@ -358,19 +358,19 @@ def test_cpu_range_is_a_90pct_interval_from_the_measured_spread(toy_machine):
 def test_graph_replay_pays_less_per_kernel_than_eager_launches(toy_machine):
     """A unit of 10 launches, 4 B at 10 B/s (0.4 s): eager 10 x 10 us more, replayed from a graph 10 x 2 us more, or
     10 x 2.5 us (a quarter of the eager overhead) when the machine does not say."""
-    from sim.costs.compute import gpu_compute_s
+    from sim.costs.compute import GpuKernels, gpu_compute_s
     u = toy_model((4,)).units[0].model_copy(update={"launches": 10})
     gpu = toy_machine.gpu.model_copy(update={"kernel_overhead_s": 10e-6, "graph_kernel_overhead_s": 2e-6})
     m = toy_machine.model_copy(update={"gpu": gpu})
-    assert gpu_compute_s(u, m, 1, 1, 0, "toy", "eager") == pytest.approx(0.4 + 100e-6)
-    assert gpu_compute_s(u, m, 1, 1, 0, "toy", "graph") == pytest.approx(0.4 + 20e-6)
+    assert gpu_compute_s(u, m, 1, 1, 0, "toy", GpuKernels("eager")) == pytest.approx(0.4 + 100e-6)
+    assert gpu_compute_s(u, m, 1, 1, 0, "toy", GpuKernels("graph")) == pytest.approx(0.4 + 20e-6)
     unsaid = m.model_copy(update={"gpu": gpu.model_copy(update={"graph_kernel_overhead_s": None})})
-    assert gpu_compute_s(u, unsaid, 1, 1, 0, "toy", "graph") == pytest.approx(0.4 + 25e-6)
+    assert gpu_compute_s(u, unsaid, 1, 1, 0, "toy", GpuKernels("graph")) == pytest.approx(0.4 + 25e-6)
 
 
 def test_calibrate_reads_the_graph_overhead_off_the_decoder_grid(toy_machine):
     """A decoder graph grid of 0.228 ms for a 436 MB layer at 4.27 TB/s (0.1021 ms) and 40 launches: 3.16 us each."""
-    from validate.calibrate import _graph_overhead
+    from validate.calibrate_profile import _graph_overhead
     gpu = toy_machine.gpu.model_copy(update={"vram_bytes_per_s": 4.27e12})
     m = toy_machine.model_copy(update={"gpu": gpu})
     grid = {"device": "gpu", "dispatch": "graph", "unit": {"kind": "decoder", "nbytes": 436e6},

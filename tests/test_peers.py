@@ -342,7 +342,7 @@ def test_offload_open_line_resists_one_slow_pass(tmp_path):
 
 def test_calibrate_measures_the_map_speed(tmp_path):
     pytest.importorskip("torch")
-    from validate.calibrate import map_touch
+    from validate.calibrate_host import map_touch
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(8 * 2**20))
     speed = map_touch(path, 8 * 2**20)
@@ -576,23 +576,20 @@ def test_llamacpp_several_sequences_hand_worked(toy_machine):
     the roofline (13.2 s). On the CPU at B = 4 the streaming (36 B / 2 B/s = 18 s) and the multiplying (2 x 8 x 4
     FLOP / 8 FLOP/s = 8 s) overlap in part: (18^3 + 8^3)^(1/3) + 22 x 0.01; without the engine's own rate, the
     larger of 18 s and the CPU's 64 / 1e6 s."""
-    from sim.costs.compute import OVERLAP_NORM, cpu_compute_s, gpu_compute_s
+    from sim.costs.compute import OVERLAP_NORM, CpuKernels, GpuKernels, cpu_compute_s, gpu_compute_s
     assert OVERLAP_NORM == 3
     u = _shaped([("l0", "decoder", 4, 8)]).units[0]
-    multi = (0.1, 0.05)
-    assert gpu_compute_s(u, toy_machine, 4, 1, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
-        pytest.approx(5.24)
-    assert gpu_compute_s(u, toy_machine, 1, 1, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
-        pytest.approx(1.92)
-    assert gpu_compute_s(u, toy_machine, 40, 1, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
-        pytest.approx(41.24, rel=1e-4)
-    assert gpu_compute_s(u, toy_machine, 1, 40, 0, "toy", op_s=0.02, row_s=0.07, multi_row_s=multi) == \
-        pytest.approx(32.4, rel=1e-4)
-    assert gpu_compute_s(u, toy_machine, 4, 1, 0, "toy", op_s=0.02, row_s=0.07) == pytest.approx(4.32)
-    assert gpu_compute_s(u, toy_machine, 16, 1, 0, "toy", op_s=0.02, row_s=0.07) == pytest.approx(13.2, rel=1e-4)
-    assert cpu_compute_s(u, toy_machine, 4, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01, flops_per_s=8.0) == \
+    multi, one = GpuKernels(op_s=0.02, row_s=0.07, multi_row_s=(0.1, 0.05)), GpuKernels(op_s=0.02, row_s=0.07)
+    assert gpu_compute_s(u, toy_machine, 4, 1, 0, "toy", multi) == pytest.approx(5.24)
+    assert gpu_compute_s(u, toy_machine, 1, 1, 0, "toy", multi) == pytest.approx(1.92)
+    assert gpu_compute_s(u, toy_machine, 40, 1, 0, "toy", multi) == pytest.approx(41.24, rel=1e-4)
+    assert gpu_compute_s(u, toy_machine, 1, 40, 0, "toy", multi) == pytest.approx(32.4, rel=1e-4)
+    assert gpu_compute_s(u, toy_machine, 4, 1, 0, "toy", one) == pytest.approx(4.32)
+    assert gpu_compute_s(u, toy_machine, 16, 1, 0, "toy", one) == pytest.approx(13.2, rel=1e-4)
+    overlap, stream = CpuKernels(stream_bytes_per_s=2.0, op_s=0.01, flops_per_s=8.0), CpuKernels(stream_bytes_per_s=2.0, op_s=0.01)
+    assert cpu_compute_s(u, toy_machine, 4, 1, 0, "toy", kernels=overlap) == \
         pytest.approx((18 ** 3 + 8 ** 3) ** (1 / 3) + 0.22)
-    assert cpu_compute_s(u, toy_machine, 4, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01) == pytest.approx(18.22)
+    assert cpu_compute_s(u, toy_machine, 4, 1, 0, "toy", kernels=stream) == pytest.approx(18.22)
 
 
 def test_llamacpp_cpu_row_cost_hand_worked_and_fit_recovers_it(toy_machine):
@@ -602,15 +599,15 @@ def test_llamacpp_cpu_row_cost_hand_worked_and_fit_recovers_it(toy_machine):
     (a row of 2 x 2 bytes, 8 of activations, one operator: 6.01 s), never a row cost. The fit on all-CPU runs of
     models whose bytes, operators and rows vary apart gives the row cost back beside the others, the fit counts the
     rows of the CPU's units, and a host twice as fast halves it."""
-    from sim.costs.compute import cpu_compute_s
+    from sim.costs.compute import CpuKernels, cpu_compute_s
     from sim.engines.llamacpp.fitting import host_scaled
     from validate.peer_calibration import features
     u = _shaped([("l0", "decoder", 4, 8)]).units[0]
-    assert cpu_compute_s(u, toy_machine, 1, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01, flash_attention=True,
-                         row_s=0.05) == pytest.approx(6.39)
+    fused = CpuKernels(stream_bytes_per_s=2.0, op_s=0.01, flash_attention=True, row_s=0.05)
+    assert cpu_compute_s(u, toy_machine, 1, 1, 0, "toy", kernels=fused) == pytest.approx(6.39)
     e = _shaped([("emb", "embedding", 4, 8)]).units[0]
-    assert cpu_compute_s(e, toy_machine, 1, 1, 0, "toy", stream_bytes_per_s=2.0, op_s=0.01, row_s=0.05) == \
-        pytest.approx(6.01)
+    unfused = CpuKernels(stream_bytes_per_s=2.0, op_s=0.01, row_s=0.05)
+    assert cpu_compute_s(e, toy_machine, 1, 1, 0, "toy", kernels=unfused) == pytest.approx(6.01)
     truth = LlamacppCosts(gpu_dispatch="eager", step_s=0.3, cpu_bytes_per_s=2.0, cpu_op_s=0.01, cpu_row_s=0.05, gpu_op_s=0.02)
     runs = []
     for model in (_shaped([("l0", "decoder", 4, 8), ("l1", "decoder", 8, 6)]), _shaped([("l0", "decoder", 16, 4)]),

@@ -1,8 +1,9 @@
 """One run of a plan on the engine: the schedule's items through three stage threads and the compute thread.
 
 reader (storage -> host or pinned buffer) -> unpacker (zstd workers) -> copier (a side CUDA stream into VRAM slots)
--> compute (the current stream, waiting on CUDA events). Which earlier event releases each stage is the simulator's
-own rule (`sim/run/pipeline.py`); every stage records its start and end with the simulator's event schema.
+-> compute (the current stream, waiting on CUDA events). The stage threads are in validate/stream_stages.py. Which
+earlier event releases each stage is the simulator's own rule (`sim/run/pipeline.py`); every stage records its start
+and end with the simulator's event schema.
 """
 from __future__ import annotations
 
@@ -15,15 +16,16 @@ import torch
 from sim.costs.tiers import TIER_ROWS
 from sim.run.pipeline import rules
 from sim.plan import Budgets, Workload
-from sim.run.items import CPU_READ, GPU_LOAD
+from sim.run.items import GPU_LOAD
 from sim.run.schedule import build_schedule
 from validate import model as M
 from validate.recording import Clock, to_events
-from validate.store import decompress_into, read_into, views
+from validate.store import views
 from validate.run_result import RunResult
+from validate.stream_stages import StageThreads
 
 
-class StreamRun:
+class StreamRun(StageThreads):
     """The per-run state (events, pools, buffers) and one method per stage; `execute()` returns the RunResult."""
 
     def __init__(self, engine, w: Workload, prompt: torch.Tensor | None):
@@ -74,117 +76,6 @@ class StreamRun:
         # logits leave the device asynchronously into pinned memory: no host wait inside the timed run
         self.logits_host = torch.empty((w.new_tokens, w.batch, e.shape.vocab), dtype=torch.float32, pin_memory=e.cuda)
         self.tokens: list[torch.Tensor] = []
-
-    # -- the stage threads --------------------------------------------------------------------------------------
-    def gate(self, k: int) -> None:
-        """The simulator's rules (sim/run/pipeline.py): prefetch window, depth 0, router."""
-        i = self.loads[k]
-        if self.after[i] >= 0:
-            self.finished[self.after[i]].wait()
-        if self.window[i] >= 0:
-            self.started[self.window[i]].wait()
-        if self.sch.gate[i] >= 0:
-            self.finished[int(self.sch.gate[i])].wait()
-
-    def guarded(self, fn):
-        def inner():
-            try:
-                fn()
-            except BaseException as exc:  # surfaced by the compute thread
-                self.errors.append(exc)
-                for ev in self.ready + self.host_done + self.unpacked:
-                    ev.set()
-        return inner
-
-    def reader(self) -> None:
-        e, clock = self.e, self.clock
-        for k, i in enumerate(self.loads):
-            if not (self.read_b[i] > 0 or self.pin[i]):
-                continue
-            self.gate(k)
-            name = self.names[self.units[i]]
-            row = TIER_ROWS[e.tiers[name].tier]
-            if self.pin[i]:
-                self.staging[i] = self.pinned_pool.get()
-            if self.read_b[i] > 0:
-                t0 = clock.now()
-                if row.packed_reads:
-                    zbuf = self.read_pool.get()
-                    read_into(e.store / e.files[name]["zst"], e.zmeta[name], torch.from_numpy(zbuf))
-                    self.staging[i] = (self.staging[i], zbuf[: e.zmeta[name]["stored"]], zbuf)
-                else:
-                    buf = self.staging[i] if self.staging[i] is not None else e._host_buffer(e.meta[name]["nbytes"], False)
-                    read_into(e.store / e.files[name]["raw"], e.meta[name], buf)
-                    self.staging[i] = buf
-                self.records.append((i, "read", "storage", t0, clock.now(), self.read_b[i], ""))
-            self.host_done[i].set()
-
-    def unpacker(self) -> None:
-        e, clock = self.e, self.clock
-        for k, i in enumerate(self.loads):
-            if self.unpack_s[i] <= 0:
-                continue
-            if self.read_b[i] > 0 or self.pin[i]:
-                self.host_done[i].wait()
-            else:
-                self.gate(k)
-            name = self.names[self.units[i]]
-            src = self.staging[i]
-            dest, packed, zbuf = (src if isinstance(src, tuple) else (src, e.packed[name], None))
-            if dest is None:
-                dest = e._host_buffer(e.meta[name]["nbytes"], False)
-            t0 = clock.now()
-            decompress_into(packed, e.zmeta[name], dest, self.pool)
-            if zbuf is not None:
-                self.read_pool.put(zbuf)
-            self.records.append((i, "unpack", "unpack", t0, clock.now(), e.meta[name]["nbytes"], ""))
-            self.staging[i] = dest
-            self.unpacked[i].set()
-
-    def copier(self) -> None:
-        e, clock = self.e, self.clock
-        for k, i in enumerate(self.loads):
-            name = self.names[self.units[i]]
-            if self.unpack_s[i] > 0:
-                self.unpacked[i].wait()
-            elif self.read_b[i] > 0 or self.pin[i]:
-                self.host_done[i].wait()
-            else:
-                self.gate(k)
-            if self.errors:
-                return
-            src = self.staging[i] if self.staging[i] is not None else e.host.get(name)
-            if self.load[i] == CPU_READ:
-                self.staging[i] = src
-                self.wviews[i] = views(src, e.meta[name]["layout"])
-                self.ready[i].set()
-                continue
-            if self.blocking[i] and i > 0:  # the simulator's rule: this copy starts after the previous compute ends
-                self.finished[i - 1].wait()
-                if self.comp_end[i - 1] is not None:
-                    self.comp_end[i - 1].synchronize()
-            slot, done = self.vram_pool.get()
-            nbytes = e.meta[name]["nbytes"]
-            if e.cuda:
-                with torch.cuda.stream(self.copy_stream):
-                    if done is not None:
-                        self.copy_stream.wait_event(done)
-                    e0 = clock.event(self.copy_stream)
-                    slot[:nbytes].copy_(src[:nbytes], non_blocking=True)
-                    e1 = clock.event(self.copy_stream)
-                self.records.append((i, "copy", "copy", e0, e1, nbytes, ""))
-                self.ready_ev[i] = e1
-                if self.pin[i]:
-                    e1.synchronize()
-            else:
-                t0 = clock.now()
-                slot[:nbytes].copy_(src[:nbytes])
-                self.records.append((i, "copy", "copy", t0, clock.now(), nbytes, ""))
-            self.slot_of[i] = slot
-            self.wviews[i] = views(slot, e.meta[name]["layout"])  # built here, off the compute thread
-            if self.pin[i]:
-                self.pinned_pool.put(self.staging[i])
-            self.ready[i].set()
 
     # -- the compute thread -------------------------------------------------------------------------------------
     def unit_step(self, kind: str, name: str, weights: dict, dev: torch.device, st: "StepState") -> None:

@@ -20,7 +20,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     import torch
-    from validate.calibrate import map_touch
+    from validate.calibrate_host import map_touch
     out = {"host": os.uname().nodename, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     for gib in (1, 4):
         n = gib * 2**30

@@ -38,7 +38,7 @@ def _scaled(g: ComputeGrid, f: float) -> ComputeGrid:
                                 "decode_s": tuple(tuple(v * f for v in row) for row in g.decode_s)})
 
 
-CALIBRATE_ROUNDS = 3  # calibrate times every CPU grid in this many interleaved rounds (validate/calibrate.py)
+CALIBRATE_ROUNDS = 3  # calibrate times every CPU grid in this many interleaved rounds (validate/calibrate_compute.py)
 COVERAGE = 0.90
 
 

@@ -9,6 +9,7 @@ Otherwise the roofline with per-launch overheads, whose parameters carry sources
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.interpolate import RegularGridInterpolator
@@ -205,18 +206,38 @@ def matrix_rows(unit: UnitShape) -> float:
     return unit.flop_params / unit.hidden if unit.hidden else 0.0
 
 
+@dataclass(frozen=True)
+class GpuKernels:
+    """How an engine's GPU kernels are priced (gpu_compute_s); hashable, so a compute cache can key on it."""
+    dispatch: str = "graph"  # 'graph': a captured graph per unit (offloadsim's engine); 'eager' for the peers
+    grid_scale: float = 1.0  # the engine's kernels against a measured grid (a roofline, a bound, is never scaled)
+    op_s: float | None = None  # another engine's own decode kernels, per operator of its graph (None: the grid)
+    row_s: float = 0.0  # per row of the unit's weight matrices (matrix_rows)
+    multi_row_s: tuple[float, float] | None = None  # (fixed, per token) per row of a step of several tokens
+
+
+@dataclass(frozen=True)
+class CpuKernels:
+    """How an engine's CPU kernels are priced (cpu_compute_s); hashable, so a compute cache can key on it."""
+    grid_scale: float = 1.0  # as GpuKernels.grid_scale
+    stream_bytes_per_s: float | None = None  # another engine's own streaming speed (None: the machine's grid)
+    op_s: float = 0.0  # per operator of its graph
+    flops_per_s: float | None = None  # its own multiply rate
+    flash_attention: bool = False  # its attention fused
+    row_s: float = 0.0  # per output row of its matrices
+
+
 def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
-                  family: str = "", dispatch: str = "graph", grid_scale: float = 1.0,
-                  op_s: float | None = None, row_s: float = 0.0,
-                  multi_row_s: tuple[float, float] | None = None) -> float:
-    """`dispatch`: 'graph' for offloadsim's engine (a captured graph per unit), 'eager' for the peers. `grid_scale`:
-    another engine's kernels against a measured grid (a roofline, a bound, is never scaled). `op_s`: another
-    engine's own decode kernels (llama.cpp's, measured on it): a step of at most MMV_MAX_TOKENS tokens streams the
-    unit's bytes at the GPU's bandwidth and pays `op_s` per operator of its graph (sim.model.shapes.ggml_ops) and `row_s`
-    per row of its weight matrices (matrix_rows). `multi_row_s` (fixed, per token): a decode step of several
-    sequences, or a prefill step of up to PEER_DECODE_MAX_TOKENS tokens, pays this per row instead, fixed + tokens
-    x per token."""
-    g = machine.gpu
+                  family: str = "", kernels: GpuKernels = GpuKernels()) -> float:
+    """Seconds of one unit on the GPU. The kernels' fields (GpuKernels): `dispatch`: 'graph' for offloadsim's engine
+    (a captured graph per unit), 'eager' for the peers. `grid_scale`: another engine's kernels against a measured grid
+    (a roofline, a bound, is never scaled). `op_s`: another engine's own decode kernels (llama.cpp's, measured on it):
+    a step of at most MMV_MAX_TOKENS tokens streams the unit's bytes at the GPU's bandwidth and pays `op_s` per
+    operator of its graph (sim.model.shapes.ggml_ops) and `row_s` per row of its weight matrices (matrix_rows).
+    `multi_row_s` (fixed, per token): a decode step of several sequences, or a prefill step of up to
+    PEER_DECODE_MAX_TOKENS tokens, pays this per row instead, fixed + tokens x per token."""
+    g, k = machine.gpu, kernels
+    op_s, row_s, multi_row_s, dispatch = k.op_s, k.row_s, k.multi_row_s, k.dispatch
     tokens = batch * new_tokens
     if op_s is not None and (tokens <= MMV_MAX_TOKENS
                              or multi_row_s is not None and (new_tokens == 1 or tokens <= PEER_DECODE_MAX_TOKENS)):
@@ -225,27 +246,26 @@ def gpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
         return stream + ggml_ops(unit.kind, family) * op_s + matrix_rows(unit) * per_row
     roof = _roofline(unit, g.bf16_flops_per_s, g.vram_bytes_per_s, unit.launches * kernel_overhead_s(g, dispatch))
     grid = find_grid(machine, unit, family, "gpu", dispatch) if machine.compute_grids else None
-    return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \
+    return k.grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \
         else roof(batch, new_tokens, context)
 
 
 def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens: int, context: int,
-                  family: str = "", memory: str = "pageable", grid_scale: float = 1.0,
-                  stream_bytes_per_s: float | None = None, op_s: float = 0.0,
-                  flops_per_s: float | None = None, flash_attention: bool = False, row_s: float = 0.0) -> float:
-    """`memory`: where the unit's weights sit, 'pinned' or 'pageable' host memory (each may have its own grid);
-    `grid_scale` as for gpu_compute_s. `stream_bytes_per_s`: how fast another engine's own CPU kernels stream
-    weights, measured on that engine: a roofline at that speed and the CPU's FLOP rate replaces the machine's grid
-    (llama.cpp's matrix-vector kernels stream a layer at one speed whatever its shape, where torch's speed varies by
-    shape), plus `op_s` per operator of its graph (sim.model.shapes.ggml_ops: ggml joins its threads after each; its
-    attention fused with `flash_attention`) and `row_s` per output row of its matrices (matrix_rows; not the
-    embedding's, whose rows are looked up).
+                  family: str = "", memory: str = "pageable", kernels: CpuKernels = CpuKernels()) -> float:
+    """Seconds of one unit on the CPU. `memory`: where the unit's weights sit, 'pinned' or 'pageable' host memory
+    (each may have its own grid). The kernels' fields (CpuKernels): `grid_scale` as for gpu_compute_s.
+    `stream_bytes_per_s`: how fast another engine's own CPU kernels stream weights, measured on that engine: a roofline
+    at that speed and the CPU's FLOP rate replaces the machine's grid (llama.cpp's matrix-vector kernels stream a layer
+    at one speed whatever its shape, where torch's speed varies by shape), plus `op_s` per operator of its graph
+    (sim.model.shapes.ggml_ops: ggml joins its threads after each; its attention fused with `flash_attention`) and
+    `row_s` per output row of its matrices (matrix_rows; not the embedding's, whose rows are looked up).
     `flops_per_s`: that engine's own multiply rate, measured on it: streaming and multiplying then overlap only in part,
     and the unit takes their OVERLAP_NORM-norm (measured on llama.cpp, lab/data/peers/llamacpp-m.json: flat to 4 tokens
     a step, then rising towards the multiply's rate), not the larger of the two."""
-    c = machine.cpu
+    c, k = machine.cpu, kernels
+    stream_bytes_per_s, op_s, flops_per_s, row_s = k.stream_bytes_per_s, k.op_s, k.flops_per_s, k.row_s
     if stream_bytes_per_s is not None:
-        overhead = ggml_ops(unit.kind, family, flash_attention) * op_s + (matrix_rows(unit) * row_s
+        overhead = ggml_ops(unit.kind, family, k.flash_attention) * op_s + (matrix_rows(unit) * row_s
                                                                           if unit.kind != "embedding" else 0.0)
         if flops_per_s is not None:
             b = (batch, new_tokens, context)
@@ -254,7 +274,7 @@ def cpu_compute_s(unit: UnitShape, machine: MachineSpec, batch: int, new_tokens:
         return _roofline(unit, c.flops_per_s, stream_bytes_per_s, overhead)(batch, new_tokens, context)
     roof = _roofline(unit, c.flops_per_s, c.memory_bytes_per_s, unit.launches * c.op_overhead_s)
     grid = find_grid(machine, unit, family, "cpu", "eager", memory) if machine.compute_grids else None
-    return grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \
+    return k.grid_scale * grid_time_s(grid, batch, new_tokens, context, roof) if grid is not None \
         else roof(batch, new_tokens, context)
 
 

@@ -3,6 +3,7 @@ DeepSeek-V2/V3 families. A registry maps model_type to a builder; unknown types 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from hwmodels.units import InputError
@@ -106,11 +107,29 @@ def _dense(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
                       vocab=vocab, units=tuple(units + [head]))
 
 
-def _moe_block(fmt, i, h, prefix, n_experts, expert_inter, a_mat, a_small, a_flops, kv, router_small, n_shared=0,
-               shared_inter=0, dense_inter=0, a_largest=0) -> list[UnitShape]:
-    """A MoE block: attention (+norms, router) as one unit, each routed expert, the shared experts. `a_largest`: the
-    attention's largest matrix (params), by default the query's of a grouped-query attention."""
-    a_largest = a_largest or h * a_flops // 4
+@dataclass(frozen=True)
+class _BlockDims:
+    """The dimensions every MoE block of a model shares. `attention`: _gqa_attention's (matrix params, small params,
+    attention FLOPs per context token, KV bytes per token); `prefix`: the experts' module path, {i} for the block;
+    `a_largest`: the attention's largest matrix (params), by default the query's of a grouped-query attention."""
+    hidden: int
+    prefix: str
+    n_experts: int
+    expert_inter: int
+    attention: tuple[int, int, int, int]
+    router_small: int = 0
+    n_shared: int = 0
+    shared_inter: int = 0
+    a_largest: int = 0
+
+
+def _moe_block(fmt: WeightFormat, i: int, d: _BlockDims, dense_inter: int = 0) -> list[UnitShape]:
+    """Block `i` of a MoE model: attention (+norms, router) as one unit, each routed expert, the shared experts; a
+    dense block (`dense_inter`: its MLP's width) as one decoder unit."""
+    h, prefix, n_experts, expert_inter, router_small = d.hidden, d.prefix, d.n_experts, d.expert_inter, d.router_small
+    n_shared, shared_inter = d.n_shared, d.shared_inter
+    a_mat, a_small, a_flops, kv = d.attention
+    a_largest = d.a_largest or h * a_flops // 4
     gate = n_experts * h
     if dense_inter:
         return [make_unit(fmt, name=f"model.layers.{i}", kind="decoder", block=i, modules=(f"model.layers.{i}",),
@@ -143,11 +162,12 @@ def _moe_gqa(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     else:
         n_key = "num_experts" if cfg.get("num_experts") is not None else "num_local_experts"  # transformers 5 name
         n_exp, topk, e_inter, prefix = c.int(n_key), c.int("num_experts_per_tok"), c.int("moe_intermediate_size"), "model.layers.{i}.mlp"
-    a_mat, a_small, a_flops, kv = _gqa_attention(c, h, qkv_bias=(t == "qwen2_moe"), qk_norm=(t == "qwen3_moe"))
+    dims = _BlockDims(h, prefix, n_exp, e_inter, _gqa_attention(c, h, qkv_bias=(t == "qwen2_moe"),
+                                                                qk_norm=(t == "qwen3_moe")))
     emb, head = _head(fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
     units = [emb]
     for i in range(n_layers):
-        units += _moe_block(fmt, i, h, prefix, n_exp, e_inter, a_mat, a_small, a_flops, kv, 0)
+        units += _moe_block(fmt, i, dims)
     if t == "qwen3_moe":  # q/k norms
         units = [u.model_copy(update={"launches": u.launches + QK_NORM_LAUNCHES}) if u.kind == "attention" else u
                  for u in units]
@@ -174,13 +194,12 @@ def _deepseek(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     router_bias = n_exp if cfg.get("model_type") == "deepseek_v3" else 0
     emb, head = _head(fmt, h, vocab, n_layers, bool(cfg.get("tie_word_embeddings", False)), h)
     units = [emb]
+    dims = _BlockDims(h, "model.layers.{i}.mlp", n_exp, c.int("moe_intermediate_size"), (a_mat, a_small, a_flops, kv),
+                      router_bias, n_shared=c.int("n_shared_experts", 0), shared_inter=c.int("moe_intermediate_size"),
+                      a_largest=a_largest)
     for i in range(n_layers):
         dense = i < dense_layers or (i % max(freq, 1) != 0)
-        units += _moe_block(fmt, i, h, "model.layers.{i}.mlp", n_exp, c.int("moe_intermediate_size"), a_mat, a_small,
-                            a_flops, kv, router_bias, n_shared=c.int("n_shared_experts", 0),
-                            shared_inter=c.int("moe_intermediate_size"),
-                            dense_inter=c.int("intermediate_size") if dense else 0,
-                            a_largest=a_largest)
+        units += _moe_block(fmt, i, dims, dense_inter=c.int("intermediate_size") if dense else 0)
     return ModelShape(name=cfg.get("_name_or_path") or cfg["model_type"], family=cfg["model_type"], weight_format=fmt,
                       n_blocks=n_layers, hidden=h, vocab=vocab, n_routed_experts=n_exp, experts_per_token=topk,
                       units=tuple(units + [head]))

@@ -12,7 +12,7 @@ from collections import OrderedDict
 import numpy as np
 
 from hwmodels.specs import MachineSpec
-from sim.costs.compute import compute_sources, cpu_compute_s, gpu_compute_s
+from sim.costs.compute import CpuKernels, GpuKernels, compute_sources, cpu_compute_s, gpu_compute_s
 from sim.costs.memory import check_plan
 from sim.costs.tiers import load_row, tier_row
 from sim.engines import costs_of, engine_of
@@ -58,18 +58,19 @@ def _compute_timer(model: ModelShape, machine: MachineSpec, plan: Plan, pricing:
     cache = _compute_cache(model, machine)
     memory = [tier_row(t[u.name].tier).cpu_memory for u in units]  # where a CPU unit reads
 
+    gpu_k = GpuKernels(k.dispatch, k.scale[False], k.op_s[False], k.row_s, k.multi)
+    cpu_k = {kind: CpuKernels(k.scale[True], k.stream[kind], k.op_s[True], k.cpu_flops, k.cpu_fused, k.cpu_row_s)
+             for kind in ("decoder", "lm_head")}
+
     def base_s(ui: int, cpu: bool, batch: int, new: int, ctx: int) -> float:
         # the unit index names its shape, kind and family within one model
         if k.last_only and units[ui].kind == "lm_head":  # logits of the last position of each sequence only
             new, ctx = 1, ctx + new - 1
-        speed = k.stream["lm_head" if units[ui].kind == "lm_head" else "decoder"] if cpu else None
-        key = (ui, cpu, batch, new, ctx, k.dispatch, memory[ui] if cpu else "", k.scale[cpu], speed, k.op_s[cpu],
-               (k.cpu_flops, k.cpu_fused, k.cpu_row_s) if cpu else (k.row_s, k.multi))
+        kernels = cpu_k["lm_head" if units[ui].kind == "lm_head" else "decoder"] if cpu else gpu_k
+        key = (ui, cpu, batch, new, ctx, memory[ui] if cpu else "", kernels)
         if key not in cache:
-            cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], k.scale[cpu],
-                                       speed, k.op_s[cpu], k.cpu_flops, k.cpu_fused, k.cpu_row_s) \
-                if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, k.dispatch,
-                                          k.scale[cpu], k.op_s[cpu], k.row_s, k.multi)
+            cache[key] = cpu_compute_s(units[ui], machine, batch, new, ctx, model.family, memory[ui], kernels) \
+                if cpu else gpu_compute_s(units[ui], machine, batch, new, ctx, model.family, kernels)
         return cache[key]
 
     def compute_time(ui: int, cpu: bool, batch: int, new: int, ctx: int, s: int = 0,
