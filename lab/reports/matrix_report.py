@@ -22,8 +22,8 @@ from sim.plan import Budgets, Plan, Workload
 from sim.model.shapes import ModelShape
 from sim.run.simulate import simulate
 from validate.accuracy.errors import error_pct
+from validate.accuracy import matrix as accuracy_matrix
 from validate.accuracy.matrix import executed
-from validate.accuracy.peers import profile_machine
 
 
 def err(p: float, m: float) -> float:
@@ -41,20 +41,11 @@ def busy(events) -> float:
 
 
 def run_inputs(entry: dict, run: dict) -> tuple:
-    """(shape, machine, plan, workload, budgets, VRAM the engine needed) of a recorded run, budgets widened to the
-    VRAM it took."""
-    # the recorded peer entries are unmeasured defaults of the code of the day: today's are used (runs are offloadsim's)
-    machine = profile_machine(entry["profile"]["machine"])
-    shape = ModelShape.model_validate(entry["shape"])
-    plan, budgets = Plan.model_validate(run["plan"]), Budgets.model_validate(run["budgets"])
-    w = Workload.model_validate(run["workload"]).model_copy(update={"warm": not run["cold"]})
-    # every plan ran on offloadsim's engine, the llama.cpp-like placement of calls before O too (with llama.cpp's
-    # schedule rules, which the time below keeps): the memory is that engine's
+    """(shape, machine, plan, workload, budgets, VRAM offloadsim's engine needed) of a recorded run
+    (validate.accuracy.matrix.run_inputs, the budgets widened to the VRAM it took)."""
+    shape, machine, plan, w, budgets = accuracy_matrix.run_inputs(entry, run)
     need = memory_use(shape, plan.model_copy(update={"engine": "offloadsim"}), w, budgets).vram_bytes
-    # a plan made by the memory model of its day that today's refuses (it needs more than its budget: the engine
-    # held that much, lab/journal/validation.md) is still timed as it ran, with the VRAM it took
-    room = max(budgets.vram_bytes, need, memory_use(shape, plan, w, budgets).vram_bytes)
-    return shape, machine, plan, w, budgets.model_copy(update={"vram_bytes": room}), need
+    return shape, machine, plan, w, budgets, need
 
 
 def repredict(entry: dict, run: dict) -> dict:

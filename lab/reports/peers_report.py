@@ -21,11 +21,11 @@ import statistics
 from pathlib import Path
 
 from hwmodels.specs import MachineSpec
+from validate.accuracy.hf_peers import big_budgets
 from sim.engines import costs_of
-from sim.engines.accelerate.export import tiers_from_device_map
 from sim.plan import Budgets, Workload
 from sim.engines.placements import POLICIES
-from sim.engines.accelerate.placement import accelerate_map, accelerate_tiers
+from sim.engines.accelerate.placement import accelerate_tiers
 from sim.engines.airllm.loader import airllm_loader_wait_s
 from sim.run.schedule import build_schedule
 from sim.model.shapes import ModelShape
@@ -47,7 +47,7 @@ def cleanup_measured(entry: dict) -> bool:
 def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[str, str, bool, PeerRun, dict]]:
     """(engine, kind, calibration?, run, extra) for every measured run of one architecture."""
     out = []
-    big = Budgets(vram_bytes=machine.gpu.vram_bytes, ram_bytes=100 * 2**30, pinned_bytes=50 * 2**30)
+    big = big_budgets(machine)
     for r in entry["accelerate"]:
         if "error" in r or "skipped" in r:
             continue
@@ -57,8 +57,7 @@ def runs_of(entry: dict, shape: ModelShape, machine: MachineSpec) -> list[tuple[
         on_gpu = True if r["hf_device_map"] else \
             all(p["compute"] == "gpu" for p in r["exported"]["plan"]["placements"]) if "exported" in r else \
             int(r["max_memory"].get("0", 0)) >= shape.total_bytes
-        plan = accelerate_map(shape, machine, w, big, tiers_from_device_map(shape, r["hf_device_map"], on_gpu),
-                              "accelerate (measured map)")
+        plan = accuracy_peers.accelerate_plan(shape, machine, w, big, r["hf_device_map"], on_gpu)
         extra = {}
         if r.get("max_memory"):
             mm = r["max_memory"]
