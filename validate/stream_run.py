@@ -101,7 +101,7 @@ class StreamRun(StageThreads):
                 x = M.decoder_layer(x, weights, e.arch, cache, start, cos, sin, pos)
             st.x.copy_(x)
         else:
-            out = M.head(st.x.to(dev), weights, e.arch)
+            out = M.head(st.x[:, -1:].to(dev), weights, e.arch)  # the last position's logits: move only its state
             st.logits.copy_(out)
             st.tok.copy_(out.argmax(-1))
 
