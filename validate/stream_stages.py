@@ -25,6 +25,10 @@ class StageThreads:
         if self.sch.gate[i] >= 0:
             self.finished[int(self.sch.gate[i])].wait()
 
+    def stopping(self) -> bool:
+        """A stage returns: a stage failed, or the run ended early (StreamRun.stop_stages)."""
+        return bool(self.errors) or self.halted.is_set()
+
     def guarded(self, fn):
         def inner():
             try:
@@ -45,10 +49,14 @@ class StageThreads:
             row = TIER_ROWS[e.tiers[name].tier]
             if self.pin[i]:
                 self.staging[i] = self.pinned_pool.get()
+            if self.stopping():
+                return
             if self.read_b[i] > 0:
                 t0 = clock.now()
                 if row.packed_reads:
                     zbuf = self.read_pool.get()
+                    if self.stopping():
+                        return
                     read_into(e.store / e.files[name]["zst"], e.zmeta[name], torch.from_numpy(zbuf))
                     self.staging[i] = (self.staging[i], zbuf[: e.zmeta[name]["stored"]], zbuf)
                 else:
@@ -67,6 +75,8 @@ class StageThreads:
                 self.host_done[i].wait()
             else:
                 self.gate(k)
+            if self.stopping():
+                return
             name = self.names[self.units[i]]
             src = self.staging[i]
             dest, packed, zbuf = (src if isinstance(src, tuple) else (src, e.packed[name], None))
@@ -90,7 +100,7 @@ class StageThreads:
                 self.host_done[i].wait()
             else:
                 self.gate(k)
-            if self.errors:
+            if self.stopping():
                 return
             src = self.staging[i] if self.staging[i] is not None else e.host.get(name)
             if self.load[i] == CPU_READ:
@@ -103,6 +113,8 @@ class StageThreads:
                 if self.comp_end[i - 1] is not None:
                     self.comp_end[i - 1].synchronize()
             slot, done = self.vram_pool.get()
+            if self.stopping():
+                return
             nbytes = e.meta[name]["nbytes"]
             if e.cuda:
                 with torch.cuda.stream(self.copy_stream):
