@@ -22,6 +22,7 @@ from hwmodels.units import InputError
 from sim.model.resolve import load_model
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
+from sim.run.simulate import simulate
 from validate.decoding import Decoding, Sampler
 from validate.sampling import Sampling
 from validate.engine import Engine
@@ -153,7 +154,6 @@ class Runner:
     def predict(self, prompt_tokens: int, new_tokens: int, cold: bool = False) -> dict:
         """The simulator's first token and time per token for this plan and request, on the runner's machine
         (budgets: the machine's defaults)."""
-        from sim.run.simulate import simulate
         w = Workload(batch=1, prompt_tokens=prompt_tokens, new_tokens=new_tokens, warm=not cold)
         s = simulate(self.shape, self.machine, self.plan, w, Budgets.of(self.machine)).summary
         return {"ttft_s": s["ttft_s"], "time_per_token_s": s["time_per_token_s"], "machine": self.machine.name}
