@@ -73,5 +73,6 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     r.add_argument("--store", default=None, help="layer store folder (default: CHECKPOINT/.offloadsim-store)")
     r.add_argument("--cold", action="store_true", help="drop the store's pages first")
+    r.add_argument("--ignore-eos", action="store_true", help="make all --max-new-tokens tokens (timing runs)")
     r.add_argument("--json", action="store_true", help="print the text, tokens and times as JSON at the end "
                    "instead of streaming")

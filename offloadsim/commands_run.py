@@ -71,7 +71,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     ids = runner.encode(args.prompt, args.chat)
     _check_request(runner, len(ids), args.max_new_tokens)
     out = runner.generate(args.prompt, args.max_new_tokens, sampling, args.chat,
-                          stream=None if args.json else sys.stdout, cold=args.cold)
+                          stream=None if args.json else sys.stdout, cold=args.cold,
+                          ignore_eos=args.ignore_eos)
     if args.json:
         return emit(args, {**out.to_dict(), "plan": runner.plan.policy, "device": str(runner.engine.device)}, "")
     print("\n".join(speed_lines(runner, out)), file=sys.stderr)

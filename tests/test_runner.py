@@ -60,26 +60,24 @@ def test_greedy_tokens_equal_transformers_generate(ckpt, runner):
 
 def test_a_seed_reproduces_a_sampled_text_and_streams_it(runner):
     from validate.sampling import Sampling
-    runner.stop_ids = lambda: frozenset()  # every run makes all its tokens
     streams = [io.StringIO(), io.StringIO()]
-    a, b = (runner.generate("Hello", max_new_tokens=10, sampling=Sampling(1.0, 0.9, seed=7), stream=s) for s in streams)
-    c = runner.generate("Hello", max_new_tokens=10, sampling=Sampling(1.0, 0.9, seed=8))
-    greedy = runner.generate("Hello", max_new_tokens=10)
+    a, b = (runner.generate("Hello", 10, Sampling(1.0, 0.9, seed=7), stream=s, ignore_eos=True) for s in streams)
+    c = runner.generate("Hello", 10, Sampling(1.0, 0.9, seed=8), ignore_eos=True)
+    greedy = runner.generate("Hello", 10, ignore_eos=True)
     assert a.token_ids == b.token_ids and len(a.token_ids) == 10
     assert a.token_ids != c.token_ids and a.token_ids != greedy.token_ids  # 10 draws from ~256 tokens
     assert streams[0].getvalue() == a.text + "\n"  # the text written as made, then a newline
-    del runner.stop_ids
 
 
 def test_a_stop_token_ends_the_run_without_it(runner):
     """The stage threads stop with the run: the next call on the same engine makes its tokens as before."""
-    full = runner.generate("Once upon", max_new_tokens=8)
+    full = runner.generate("Once upon", max_new_tokens=8, ignore_eos=True)
     runner.stop_ids = lambda: frozenset({full.token_ids[3]})
     cut = runner.generate("Once upon", max_new_tokens=8)
     del runner.stop_ids
     k = full.token_ids.index(full.token_ids[3])
     assert cut.stopped and cut.token_ids == full.token_ids[:k]
-    assert runner.generate("Once upon", max_new_tokens=8).token_ids == full.token_ids
+    assert runner.generate("Once upon", max_new_tokens=8, ignore_eos=True).token_ids == full.token_ids
 
 
 def test_prediction_is_for_the_request_made(runner):

@@ -129,16 +129,17 @@ class Runner:
         return frozenset(ids)
 
     def generate(self, prompt: str, max_new_tokens: int = 64, sampling: Sampling = Sampling(), chat: bool = False,
-                 stream: TextIO | None = None, cold: bool = False) -> Generation:
+                 stream: TextIO | None = None, cold: bool = False, ignore_eos: bool = False) -> Generation:
         """Generate up to `max_new_tokens` after `prompt`, writing the text to `stream` as it is made; ends early
-        on an end-of-sequence token. Raises InputError on an empty prompt or bad sampling values."""
+        on an end-of-sequence token unless `ignore_eos`. Raises InputError on an empty prompt or bad sampling
+        values."""
         sampling.check()
         ids = self.encode(prompt, chat)
         w = Workload(batch=1, prompt_tokens=len(ids), new_tokens=max_new_tokens, warm=not cold)
         streamer = text_streamer(self.tokenizer, stream) if stream is not None else None
         sampler = Sampler(sampling.temperature, sampling.top_p, sampling.seed, self.engine.device) \
             if sampling.temperature > 0 else None
-        stops = self.stop_ids()
+        stops = frozenset() if ignore_eos else self.stop_ids()
         decoding = Decoding(sampler, (lambda step, t: streamer.put(torch.tensor([t]))) if streamer else None, stops)
         run = self.engine.run(w, torch.tensor([ids]), cold=cold, decoding=decoding)
         if streamer is not None:
