@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from hwmodels.units import InputError
-
-SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+from sim.engines.offloadsim.engine import RUNS_FAMILIES as SUPPORTED
 
 
 @dataclass(frozen=True)
