@@ -245,20 +245,6 @@ class StreamRun(StageThreads):
                 self.vram_pool.put((self.slot_of[i], None))
         self.finished[i].set()
 
-    def stops_before(self, i: int) -> bool:
-        """Whether the run ends before item `i`: the first item of a step, after the decoding asked to halt."""
-        d = self.decoding
-        return d is not None and i > 0 and self.steps[i] != self.steps[i - 1] and d.halt.is_set()
-
-    def stop_stages(self) -> None:
-        """Let the stage threads return: the halt flag, and a stand-in in every pool a stage may be waiting on."""
-        self.halted.set()
-        for pool, count, blank in ((self.pinned_pool, len(self.e.pinned_slots), None),
-                                   (self.read_pool, len(self.e.read_slots), None),
-                                   (self.vram_pool, len(self.e.vram_slots), (None, None))):
-            for _ in range(count):
-                pool.put(blank)
-
     def execute(self):
         with torch.inference_mode():
             self.prepare()

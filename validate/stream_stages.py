@@ -25,6 +25,20 @@ class StageThreads:
         if self.sch.gate[i] >= 0:
             self.finished[int(self.sch.gate[i])].wait()
 
+    def stops_before(self, i: int) -> bool:
+        """Whether the run ends before item `i`: the first item of a step, after the decoding asked to halt."""
+        d = self.decoding
+        return d is not None and i > 0 and self.steps[i] != self.steps[i - 1] and d.halt.is_set()
+
+    def stop_stages(self) -> None:
+        """Let the stage threads return: the halt flag, and a stand-in in every pool a stage may be waiting on."""
+        self.halted.set()
+        for pool, count, blank in ((self.pinned_pool, len(self.e.pinned_slots), None),
+                                   (self.read_pool, len(self.e.read_slots), None),
+                                   (self.vram_pool, len(self.e.vram_slots), (None, None))):
+            for _ in range(count):
+                pool.put(blank)
+
     def stopping(self) -> bool:
         """A stage returns: a stage failed, or the run ended early (StreamRun.stop_stages)."""
         return bool(self.errors) or self.halted.is_set()
