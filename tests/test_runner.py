@@ -109,6 +109,9 @@ def test_bad_inputs_get_one_sentence(ckpt, plan_file, tmp_path, capsys):
     assert "another-model" in _one_sentence(capsys, run + ["--plan", str(tmp_path / "other.json"), "--prompt", "x"],
                                             "plan")
     assert "empty" in _one_sentence(capsys, run + ["--plan", str(plan_file), "--prompt", "  "], "prompt")
+    (tmp_path / "elsewhere.json").write_text(json.dumps(dict(json.loads(plan_file.read_text()), machine="my-box")))
+    assert "give --machine" in _one_sentence(capsys, run + ["--plan", str(tmp_path / "elsewhere.json"), "--prompt",
+                                                            "x"], "machine")
     _one_sentence(capsys, run + ["--plan", str(plan_file), "--prompt", "x", "--top-p", "0"], "top-p")
     _one_sentence(capsys, run + ["--plan", str(plan_file), "--prompt", "x", "--temperature", "-1"], "temperature")
 

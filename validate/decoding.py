@@ -60,7 +60,7 @@ class Decoding:
         ev = None
         if tok.device.type == "cuda":
             ev = torch.cuda.Event()
-            ev.record()
+            ev.record(torch.cuda.current_stream(tok.device))
         self._queue.put((step, ev))
 
     def finish(self) -> None:

@@ -90,7 +90,7 @@ class Runner:
                              "give the folder holding config.json and the safetensors.")
         shape = load_model(str(ckpt))
         the_plan = read_plan(plan, shape, ckpt)
-        spec = machine if isinstance(machine, MachineSpec) else load_machine(machine or the_plan.machine)
+        spec = machine if isinstance(machine, MachineSpec) else _machine(machine, the_plan)
         tokenizer = load_tokenizer(ckpt)
         folder = Path(store) if store is not None else ckpt / ".offloadsim-store"
         if (folder / "store.json").exists():
@@ -158,6 +158,17 @@ class Runner:
         w = Workload(batch=1, prompt_tokens=prompt_tokens, new_tokens=new_tokens, warm=not cold)
         s = simulate(self.shape, self.machine, self.plan, w, Budgets.of(self.machine)).summary
         return {"ttft_s": s["ttft_s"], "time_per_token_s": s["time_per_token_s"], "machine": self.machine.name}
+
+
+def _machine(name: str | None, plan: Plan) -> MachineSpec:
+    """The machine named, else the plan's own when it is a preset or a profile file here."""
+    if name is not None:
+        return load_machine(name)
+    try:
+        return load_machine(plan.machine)
+    except InputError:
+        raise InputError(f"machine: the plan was made for {plan.machine!r}, which is no preset or profile file here; "
+                         "give --machine PRESET or PROFILE.json for the prediction.") from None
 
 
 def text_streamer(tokenizer, out: TextIO):

@@ -275,6 +275,8 @@ class StreamRun(StageThreads):
                 self.decoding.finish()
         if self.errors:
             raise self.errors[0]
+        if self.e.cuda and self.halted.is_set():  # a stage may have copied once more before it saw the halt
+            torch.cuda.synchronize()
         self.graphed = bool(self.graphs)
         self.graphs.clear()
         events = to_events(self.records, self.clock, self.sch, self.names)
