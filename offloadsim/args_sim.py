@@ -19,6 +19,8 @@ def add_workload(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
     p.add_argument("--prompt-tokens", type=int, default=128, help="prompt length of the prefill step")
     p.add_argument("--new-tokens", type=int, default=16, help="tokens generated (prefill + N-1 decode steps)")
+    p.add_argument("--context", type=int, default=None, help="tokens of context per sequence to reserve a KV cache "
+                   "for, as the exported command's -c (default: prompt + new tokens)")
     p.add_argument("--expert-skew", type=float, default=0.0, help="Zipf exponent of expert popularity")
     p.add_argument("--seed", type=int, default=0)
     cache = p.add_mutually_exclusive_group()

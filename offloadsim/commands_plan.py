@@ -182,6 +182,8 @@ def _tail_lines(args, data: dict) -> list[str]:
             lines.append(f"{name[:48]:<48} {r['kind']:<13} {r['nbytes'] / 1e6:9.1f} {r['tier']:<15} {r['compute']:<4} {gain:>16}")
     if "export" in data:
         lines.append(data["export"].get("python") or data["export"]["command"])
+        if data["export"].get("requires"):
+            lines.append(f"requires: {data['export']['requires']}")
         lines += [f"note: {n}" for n in data["export"]["notes"]]
     if args.out:
         lines.append(f"plan written to {args.out}")

@@ -32,7 +32,12 @@ def workload(args, warm: bool = False) -> Workload:
     new = check_count(args.new_tokens, "new-tokens", 1, MAX_NEW_TOKENS)
     seed = check_count(getattr(args, "seed", 0), "seed", 0, MAX_SEED)
     skew = check_real(getattr(args, "expert_skew", 0.0), "expert-skew", 0.0, MAX_EXPERT_SKEW)
-    return Workload(batch=batch, prompt_tokens=prompt, new_tokens=new, warm=warm, expert_skew=skew, seed=seed)
+    context = getattr(args, "context", None)
+    if context is not None:
+        context = check_count(context, "context", prompt + new, MAX_PROMPT_TOKENS + MAX_NEW_TOKENS,
+                              "the context holds the prompt and the new tokens")
+    return Workload(batch=batch, prompt_tokens=prompt, new_tokens=new, warm=warm, expert_skew=skew, seed=seed,
+                    context=context)
 
 
 def schedule_items(model: ModelShape, w: Workload) -> int:
