@@ -90,7 +90,7 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     if cpu_experts and not n_cpu_moe:
         ot.append(f"^blk\\.({'|'.join(map(str, cpu_experts))})\\.{EXPERT_TENSORS}\\.=CPU")
     if not head_gpu and ngl > 0:
-        ot.append("^output\\.weight$=CPU")
+        ot.append("^output(_norm)?\\.weight$=CPU")  # the head unit: the final norm and the output matrix
     args = ["-ngl", str(ngl)] + (["--n-cpu-moe", str(n_cpu_moe)] if n_cpu_moe else [])
     # the plan's CPU weights pinned: llama.cpp reads them into its GPU's pinned host buffers only when it does not
     # map the file (--load-mode none; builds before the option was added: --no-mmap)
