@@ -47,7 +47,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--profile", default=None, help="machine profile JSON (offloadsim calibrate) or preset")
     v.add_argument("--store", default=None, help="layer store folder (default: CHECKPOINT/.offloadsim-store)")
     v.add_argument("--vram", default=None)
-    v.add_argument("--ram", default=None)
+    v.add_argument("--ram-budget", default=None, help="RAM budget (default: the profile's RAM less 4 GiB)")
     v.add_argument("--prompt-tokens", type=int, default=16)
     v.add_argument("--new-tokens", type=int, default=4)
     v.add_argument("--batch", type=int, default=1)

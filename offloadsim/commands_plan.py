@@ -235,7 +235,7 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     machine = load_machine(args.machine)
     w = resolve_workload(args)
     budgets = resolve_budgets(args, machine)  # every budget checked, though the sweep varies VRAM itself
-    ram = budgets.ram_bytes if args.ram is not None else None
+    ram = budgets.ram_bytes if args.ram_budget is not None else None
     model = resolve_model(args)
     limits.check_request(model, machine, w, items=limits.MAX_ITEMS // args.points)
     from planner.pareto import plot, sweep

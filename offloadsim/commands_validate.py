@@ -153,7 +153,7 @@ def validate_cmd(args: argparse.Namespace) -> int:
                          "than half this machine's RAM; validate a smaller checkpoint (offloadsim make-checkpoint --layers 2).")
     w = _validate_workload(args, shape, machine)
     budgets = Budgets.of(machine, vram=parse_bytes(args.vram, "vram") if args.vram is not None else None,
-                         ram=parse_bytes(args.ram, "ram") if args.ram is not None else None)
+                         ram=parse_bytes(args.ram_budget, "ram-budget") if args.ram_budget is not None else None)
     if Path(args.plan).exists():
         plan = Plan.load(args.plan)
     elif args.plan in POLICIES:
