@@ -122,6 +122,7 @@ def with_gpu_values(machine: MachineSpec, values: dict[str, str]) -> MachineSpec
         sources[f"gpu.{field}"] = "user"
     if "gpu_name" not in values:
         gpu["name"] = f"{gpu['name']} (" + ", ".join(f"{d[4:]} {v}" for d, v in values.items()) + ")"
+        sources["gpu.name"] = "user: the preset named with the values given"
     return MachineSpec.model_validate({**machine.model_dump(), "gpu": gpu, "sources": sources})
 
 

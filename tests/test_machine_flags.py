@@ -124,3 +124,28 @@ def test_hw_detect_writes_a_profile_that_loads(tmp_path, capsys):
     by = {v["field"]: v for v in d["values"]}
     assert by["host_memory.capacity_bytes"]["source"].startswith("[M]")
     assert main(["info", "qwen3-14b", "--machine", str(out), "--json"]) == 0
+
+
+def test_hw_detect_honours_part_flags_and_its_json_loads_as_machine(tmp_path, capsys, monkeypatch):
+    """Flags replace what detect finds (the disk probe skipped: its speeds are not what this pins); the JSON it
+    prints loads back as --machine FILE with the same values."""
+    import offloadsim.detect as detect
+    monkeypatch.setattr(detect, "disk_speeds", lambda folder: None)
+    assert main(["hw", "detect", "--gpu", "rtx4070", "--gpu-vram", "16GiB", "--link", "pcie4x8", "--ram", "64GiB",
+                 "--json"]) == 0
+    text = capsys.readouterr().out
+    (tmp_path / "detect.json").write_text(text)
+    m = json.loads(text)["machine"]
+    assert (m["gpu"]["vram_bytes"], m["link"]["lanes"], m["host_memory"]["capacity_bytes"]) == (16 * GiB, 8, 64 * GiB)
+    from hwmodels.presets import load_machine
+    assert load_machine(str(tmp_path / "detect.json")).model_dump(mode="json") == m
+
+
+@pytest.mark.parametrize("argv", [["desktop-4090"], ["--gpu", "rtx4070", "--ram", "64GiB", "--link", "pcie4x8"]])
+def test_hw_show_json_loads_back_as_the_same_machine(argv, tmp_path, capsys):
+    from hwmodels.presets import load_machine
+    assert main(["hw", "show", *argv, "--json"]) == 0
+    (tmp_path / "m.json").write_text(capsys.readouterr().out)
+    assert main(["hw", "show", "--machine", str(tmp_path / "m.json"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)["machine"]
+    assert load_machine(str(tmp_path / "m.json")).model_dump(mode="json") == again
