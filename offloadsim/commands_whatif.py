@@ -48,7 +48,8 @@ def whatif_cmd(args: argparse.Namespace) -> int:
                         progress=bool(where) or not args.json)
     if results:
         rows = sweep_store.read_rows(results, sweep)
-    data = {"model": ",".join(sweep.models), "machine": sweep.machine.name,
+    names = sweep.vary.get("model") or [m.name for m in sweep.models.values()]
+    data = {"model": ",".join(names), "machine": sweep.machine.name,
             **summary(sweep, rows, keep_all=combos <= limits.MAX_SWEEP_IN_MEMORY)}
     if results:
         data["results"] = str(results)
