@@ -68,4 +68,4 @@ def hw_detect(args: argparse.Namespace) -> int:
 
 def gap(args: argparse.Namespace) -> int:
     rows = gap_rows()
-    return emit(args, rows, format_gap(rows) + "\nratio = VRAM bandwidth / host-to-GPU bandwidth (x16, per direction)")
+    return emit(args, rows, format_gap(rows))

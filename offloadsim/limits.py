@@ -21,7 +21,8 @@ MAX_SEED = 2**32 - 1
 MAX_EXPERT_SKEW = 10.0
 MAX_ITEMS = 60_000              # simulated (step, unit) items of one SimPy run: ~10 s on one core
 MAX_ROUTER_DRAWS = 50_000_000   # tokens x experts of one routing draw (8 bytes each)
-MAX_WHATIF_COMBOS = 10_000     # combinations of one whatif: ~30 s on 2 cores (benchmarks/bench_whatif.py)
+MAX_SWEEP_COMBOS = 10_000_000  # combinations of one whatif: a results file of about 3 GB (200-300 bytes a row)
+MAX_SWEEP_IN_MEMORY = 100_000  # rows whatif holds to print every one, monotone; beyond, --results FILE.jsonl
 MAX_WORKERS = max(1, min(64, os.cpu_count() or 1))
 
 
@@ -60,6 +61,11 @@ def check_request(model: ModelShape, machine: MachineSpec, w: Workload, items: i
         raise InputError(f"batch: {w.batch} sequences of {w.prompt_tokens} + {w.new_tokens} tokens need "
                          f"{need / GiB:.1f} GiB of KV cache and activations, more than the {room / GiB:.1f} GiB of "
                          f"VRAM and RAM on {machine.name}; lower --batch, --prompt-tokens or --new-tokens.")
+    check_work(model, w, items)
+
+
+def check_work(model: ModelShape, w: Workload, items: int = MAX_ITEMS) -> None:
+    """Refuse a request the simulator cannot run in reasonable time and memory, whatever the machine."""
     if model.is_moe and w.batch * w.prompt_tokens * model.n_routed_experts > MAX_ROUTER_DRAWS:
         raise InputError(f"prompt-tokens: routing {w.batch} x {w.prompt_tokens} prompt tokens over "
                          f"{model.n_routed_experts} experts needs more than {MAX_ROUTER_DRAWS:,} draws; lower "

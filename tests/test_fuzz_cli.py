@@ -171,10 +171,11 @@ def test_malformed_vary_is_refused(inputs, vary):
 
 
 def test_whatif_with_too_many_combinations_is_refused(inputs):
-    sizes = ",".join(f"{g}GiB" for g in range(1, 26))                     # 25 x 25 x 17 = 10,625 > 10,000
+    sizes = ",".join(f"{g}GiB" for g in range(1, 26))    # 25 x 25 x 17 x 1000 = 10,625,000 > 10,000,000
     err = assert_refused(["whatif", "qwen3-14b", "--vary", f"vram={sizes}", "--vary", f"ram={sizes}",
-                          "--vary", "storage=" + ",".join(f"s{k}" for k in range(17))], "vary", inputs["dir"])
-    assert "combinations" in err
+                          "--vary", "storage=" + ",".join(f"s{k}" for k in range(17)),
+                          "--vary", "batch=" + ",".join(str(b) for b in range(1, 1001))], "vary", inputs["dir"])
+    assert "combinations" in err and "split the sweep" in err
 
 
 # ---- files --------------------------------------------------------------------------------------------------------
