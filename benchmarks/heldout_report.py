@@ -35,7 +35,8 @@ def runs_of(files: list[Path], repredict: bool = False) -> dict[str, list[dict]]
                 if "predicted" in r:
                     out.setdefault(case["label"], []).append(
                         {"call": f.stem, "predicted": again(case) if again else r["predicted"],
-                         "measured": r["measured"], "bit_identical": r.get("exactness", {}).get("logits_bit_identical")})
+                         "measured": r["measured"], "bit_identical": r.get("exactness", {}).get("logits_bit_identical"),
+                         "wait_diff_pct": r.get("wait_per_token", {}).get("diff_pct_of_tpot")})
     return out
 
 
@@ -92,6 +93,8 @@ def report(runs: dict[str, list[dict]]) -> list[dict]:
                          "errors_pct": [round(e, 1) for e in errs], "median_pct": round(statistics.median(errs), 1),
                          "floor_within_call_pct": round(within, 1), "floor_across_calls_pct": round(across, 1),
                          "verdict": verdict(errs, across),
+                         "worst_wait_diff_pct": max((abs(r["wait_diff_pct"]) for r in rs
+                                                     if r["wait_diff_pct"] is not None), default=None),
                          "bit_identical": [r["bit_identical"] for r in rs]})
     return rows
 
@@ -107,11 +110,18 @@ def main() -> int:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"{'plan':<24} {'metric':<15} {'runs':>4} {'errors (%)':<30} {'median':>7} {'floor in':>8} "
-          f"{'floor all':>9}  verdict")
+          f"{'floor all':>9}  {'verdict':<7}  wait")
     for r in rows:
+        wait = r["worst_wait_diff_pct"]
         print(f"{r['plan']:<24} {r['metric']:<15} {r['runs']:>4} {' '.join(f'{e:+.1f}' for e in r['errors_pct']):<30} "
               f"{r['median_pct']:>+6.1f}% {r['floor_within_call_pct']:>7.1f}% {r['floor_across_calls_pct']:>8.1f}%  "
-              f"{r['verdict']}")
+              f"{r['verdict']:<7}  {'' if wait is None or r['metric'] != 'time per token' else f'{wait:.1f}%'}")
+    for _, name in METRICS:
+        meds = [abs(r["median_pct"]) for r in rows if r["metric"] == name]
+        print(f"{name}: median of the plans' median errors {statistics.median(meds):.1f}%, worst {max(meds):.1f}% "
+              f"({len(meds)} plans)")
+    print("wait: the largest |predicted - measured| decode wait per token over a plan's runs, as a share of the "
+          "measured time per token (recorded by validate)")
     return 0
 
 

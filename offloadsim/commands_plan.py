@@ -153,6 +153,8 @@ def _tail_lines(args, data: dict) -> list[str]:
             lines.append(f"{name[:48]:<48} {r['kind']:<13} {r['nbytes'] / 1e6:9.1f} {r['tier']:<15} {r['compute']:<4} {gain:>16}")
     if "export" in data:
         lines.append(data["export"].get("python") or data["export"]["command"])
+        if data["export"].get("requires"):
+            lines.append(f"requires: {data['export']['requires']}")
         lines += [f"note: {n}" for n in data["export"]["notes"]]
     if args.out:
         lines.append(f"plan written to {args.out}")
@@ -204,7 +206,7 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     machine = load_machine(args.machine)
     w = resolve_workload(args)
     budgets = resolve_budgets(args, machine)  # every budget checked, though the sweep varies VRAM itself
-    ram = budgets.ram_bytes if args.ram is not None else None
+    ram = budgets.ram_bytes if args.ram_budget is not None else None
     model = resolve_model(args)
     limits.check_request(model, machine, w, items=limits.MAX_ITEMS // args.points)
     from planner.pareto import plot, sweep

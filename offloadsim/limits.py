@@ -32,7 +32,12 @@ def workload(args, warm: bool = False) -> Workload:
     new = check_count(args.new_tokens, "new-tokens", 1, MAX_NEW_TOKENS)
     seed = check_count(getattr(args, "seed", 0), "seed", 0, MAX_SEED)
     skew = check_real(getattr(args, "expert_skew", 0.0), "expert-skew", 0.0, MAX_EXPERT_SKEW)
-    return Workload(batch=batch, prompt_tokens=prompt, new_tokens=new, warm=warm, expert_skew=skew, seed=seed)
+    context = getattr(args, "context", None)
+    if context is not None:
+        context = check_count(context, "context", prompt + new, MAX_PROMPT_TOKENS + MAX_NEW_TOKENS,
+                              "the context holds the prompt and the new tokens")
+    return Workload(batch=batch, prompt_tokens=prompt, new_tokens=new, warm=warm, expert_skew=skew, seed=seed,
+                    context=context)
 
 
 def schedule_items(model: ModelShape, w: Workload) -> int:
@@ -67,19 +72,22 @@ def check_request(model: ModelShape, machine: MachineSpec, w: Workload, items: i
 
 
 def budgets(args, machine: MachineSpec) -> Budgets:
-    """--vram, --ram, --pinned parsed and refused above the machine's hardware."""
-    from hwmodels.units import parse_bytes
+    """--vram, --ram-budget, --pinned parsed, each within check_size's bounds, and refused above the machine's
+    hardware (every command with budgets reads them here)."""
+    from hwmodels.units import check_size, parse_bytes
 
-    vram = parse_bytes(args.vram, "vram") if getattr(args, "vram", None) is not None else None
-    ram = parse_bytes(args.ram, "ram") if getattr(args, "ram", None) is not None else None
-    pinned = parse_bytes(args.pinned, "pinned") if getattr(args, "pinned", None) is not None else None
+    def size(flag: str):
+        text = getattr(args, flag.replace("-", "_"), None)
+        return None if text is None else check_size(parse_bytes(text, flag), flag, text)
+    vram, ram, pinned = size("vram"), size("ram-budget"), size("pinned")
     gpu, host = machine.gpu.vram_bytes, machine.host_memory.capacity_bytes
     if vram is not None and vram > gpu:
-        raise InputError(f"vram: {args.vram!r} is more than the {gpu / GiB:.1f} GiB the GPU of {machine.name} has; "
-                         "give at most that, or pick a machine with a larger GPU (offloadsim hw list).")
+        raise InputError(f"vram: {args.vram!r} is more than the {gpu / GiB:.1f} GiB of the {machine.gpu.name} in "
+                         f"{machine.name}; give at most that, or describe a GPU with more memory (--gpu-vram "
+                         f"{args.vram}, or another --gpu from offloadsim hw parts).")
     if ram is not None and ram > host:
-        raise InputError(f"ram: {args.ram!r} is more than the {host / GiB:.1f} GiB of RAM in {machine.name}; give at "
-                         "most that, or use 'offloadsim whatif --vary ram=...' to ask what more RAM would do.")
+        raise InputError(f"ram-budget: {args.ram_budget!r} is more than the {host / GiB:.1f} GiB of RAM in "
+                         f"{machine.name}; give at most that, or give the machine's RAM with --ram.")
     b = Budgets.of(machine, vram=vram, ram=ram, pinned=pinned)
     if b.pinned_bytes > b.ram_bytes:
         raise InputError(f"pinned: {args.pinned!r} is more than the RAM budget of {b.ram_bytes / GiB:.1f} GiB; pinned "
