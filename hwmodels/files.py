@@ -5,6 +5,7 @@ Readers bound their work by the file's size before they parse; writers never lea
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -26,6 +27,23 @@ def _depth(obj, limit: int = MAX_JSON_DEPTH) -> int:
     return depth
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    """json's hook for NaN, Infinity and -Infinity: refused, never read as numbers."""
+    raise _NotFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    """json's hook for a number with a fraction or exponent: 1e400 overflows to infinity and is refused."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text[:40])
+    return value
+
+
 def load_json(path: Path, field: str, max_bytes: int = MAX_CONFIG_BYTES, fix: str = "fix the file"):
     """Parse a JSON file the CLI reads: refuses non-files, huge files, bad JSON and deep nesting in one sentence."""
     try:
@@ -36,11 +54,17 @@ def load_json(path: Path, field: str, max_bytes: int = MAX_CONFIG_BYTES, fix: st
             raise InputError(f"{field}: {str(path)!r} is {size / 2**20:.0f} MiB, larger than any such file "
                              f"({max_bytes / 2**20:.0f} MiB); {fix}.")
         text = path.read_bytes().decode("utf-8")
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except InputError:
+        raise
+    except _NotFinite as exc:
+        raise InputError(f"{field}: {str(path)!r} holds {exc.args[0]}, which is not a finite number; {fix}.") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{field}: {str(path)!r} is not valid JSON ({exc.msg} at line {exc.lineno}); {fix}.") from None
     except UnicodeDecodeError:
         raise InputError(f"{field}: {str(path)!r} is not UTF-8 text; {fix}.") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise InputError(f"{field}: {str(path)!r} holds a number too long to read ({str(exc)[:60]}); {fix}.") from None
     except RecursionError:
         raise InputError(f"{field}: {str(path)!r} nests deeper than {MAX_JSON_DEPTH} levels; {fix}.") from None
     except OSError as exc:

@@ -20,7 +20,8 @@ def calibrate_peer_cmd(args: argparse.Namespace) -> int:
                          f"{', '.join(installed_names())}); calibrate-peer fits llama.cpp's costs only, so install "
                          "that engine to use it.")
     from sim.model.resolve import load_model
-    from sim.engines.llamacpp.bench import calibrate_host, read_records
+    from sim.engines.llamacpp.bench import calibrate_host
+    from sim.engines.llamacpp.bench_records import read_records
     out = check_output(args.out, "out", (args.bench, args.model, args.profile), (".json",))
     machine = load_machine(args.profile)
     shape = load_model(args.model)

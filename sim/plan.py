@@ -18,6 +18,7 @@ from sim.costs.tiers import Tier
 from sim.costs.transfer import Codec
 from sim.model.shapes import ModelShape
 from hwmodels.files import load_json, write_atomic
+from hwmodels.ranges import check_numbers
 
 PLAN_VERSION = 1
 OS_RESERVE_BYTES = 4 * GiB  # RAM the default budget leaves to the OS and other programs [E]
@@ -86,6 +87,7 @@ class Plan(Spec):
             value = value if len(value) <= 60 else value[:57] + "..."
             raise InputError(f"plan: field {'.'.join(map(str, err['loc']))!r} = {value} in {str(path)!r}: "
                              f"{err['msg']}; fix the plan file.") from None
+        check_numbers(plan.model_dump(), f"plan: {str(path)!r}", "fix the plan file")
         if not plan.feasible:
             raise InputError(f"plan: field 'feasible' is false in {str(path)!r} ({plan.reason[:120]}); give a plan that "
                              "fits its budgets.")
