@@ -74,6 +74,25 @@ def load_json(path: Path, field: str, max_bytes: int = MAX_CONFIG_BYTES, fix: st
     return data
 
 
+def plain(data):
+    """`data` with JSON's own types only: numpy scalars as numbers, tuples as lists, a non-finite number (NaN: a
+    value that does not apply, e.g. an error against a measured zero) as None."""
+    if isinstance(data, dict):
+        return {str(k): plain(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [plain(v) for v in data]
+    if hasattr(data, "item") and not isinstance(data, (str, bytes)):  # a numpy scalar
+        data = data.item()
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
+
+
+def json_text(data, indent: int | None = 1) -> str:
+    """Valid JSON (RFC 8259: no NaN or Infinity) of `data`, through `plain`."""
+    return json.dumps(plain(data), indent=indent, allow_nan=False)
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary file in the same folder, replaced in one step."""
     path.parent.mkdir(parents=True, exist_ok=True)

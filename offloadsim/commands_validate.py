@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from hwmodels.presets import load_machine
 from hwmodels.units import GiB, InputError, check_count, parse_bytes
 from offloadsim import limits
 from offloadsim.output import emit
+from hwmodels.files import json_text
 from offloadsim.outputs import atomic, check_output
 from sim.plan import Budgets, Plan, Workload
 
@@ -100,7 +100,7 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     from validate.calibrate import calibrate
     prof = calibrate(args.base, Path(args.dir), cfg, quick=args.quick, peers=tuple(dict.fromkeys(args.peer)))
     with atomic(out) as tmp:
-        tmp.write_text(json.dumps(prof, indent=1, default=float))
+        tmp.write_text(json_text(prof))
     m = prof["machine"]
     return emit(args, prof, f"profile written to {args.out}: cold read {m['storage']['cold_read_bytes_per_s'] / 1e9:.2f} GB/s, "
                 f"page cache {m['storage']['cache_read_bytes_per_s'] / 1e9:.2f} GB/s, pinned copy "

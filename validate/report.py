@@ -2,7 +2,6 @@
 measured per token and per stage, with an overlaid Gantt chart, both Chrome traces and the exactness verdict."""
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import torch
 from hwmodels.specs import MachineSpec
 from sim.run.events import Event, write_chrome_trace
 from sim.costs.memory import memory_use
-from hwmodels.files import write_atomic
+from hwmodels.files import json_text, write_atomic
 from sim.plan import Budgets, Plan, Workload
 from sim.engines.placements import POLICIES
 from sim.run.simulate import simulate
@@ -106,7 +105,7 @@ def validate_plan(engine: Engine, shape: ModelShape, machine: MachineSpec, plan:
 
 def write_report(out: Path, rep: dict, run: RunResult, pred_events: list[Event], name: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / f"{name}.json", json.dumps(rep, indent=1, default=float))
+    write_atomic(out / f"{name}.json", json_text(rep))
     write_chrome_trace(pred_events, out / f"{name}.predicted.trace.json", "predicted")
     write_chrome_trace(run.events, out / f"{name}.measured.trace.json", "measured")
     overlay_gantt(pred_events, run.events, out / f"{name}.gantt.png",
