@@ -94,13 +94,18 @@ def json_text(data, indent: int | None = 1) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder, replaced in one step."""
+    """Write `text` to `path` through a temporary file in the same folder, replaced in one step; a failure to write
+    (a full disk) leaves nothing behind and raises InputError naming `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".offloadsim-", suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as exc:
+        raise InputError(f"{str(path)[:80]!r}: cannot be written ({exc.strerror}); nothing was written: free space "
+                         "or give another folder.") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)

@@ -61,10 +61,10 @@ def bad_number(data, path: str = "") -> tuple[str, object, str] | None:
     stack = [(path, "", data)]
     while stack:
         where, field, v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend((f"{where}.{k}" if where else str(k), str(k), x) for k, x in v.items())
+        if isinstance(v, dict):  # pushed in reverse: the first bad number in the file's order is named
+            stack.extend(reversed([(f"{where}.{k}" if where else str(k), str(k), x) for k, x in v.items()]))
         elif isinstance(v, (list, tuple)):
-            stack.extend((f"{where}[{i}]", field, x) for i, x in enumerate(v))
+            stack.extend(reversed([(f"{where}[{i}]", field, x) for i, x in enumerate(v)]))
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             if not math.isfinite(v):
                 return where, v, "is not a finite number"

@@ -42,7 +42,7 @@ def hw_detect(args: argparse.Namespace) -> int:
     from offloadsim.outputs import check_output
     from hwmodels.files import write_atomic
 
-    out = check_output(args.out, "out", (), (".json",))
+    out = check_output(args.out, "out", (), (".json",), args.force)
     machine, notes = detect_machine(args.disk_path)
     d = machine_detail(machine)
     if out is not None:

@@ -23,7 +23,7 @@ def calibrate_peer_cmd(args: argparse.Namespace) -> int:
     from sim.model.resolve import load_model
     from sim.engines.llamacpp.bench import calibrate_host
     from sim.engines.llamacpp.bench_records import read_records
-    out = check_output(args.out, "out", (args.bench, args.model, args.profile), (".json",))
+    out = check_output(args.out, "out", (args.bench, args.model, args.profile), (".json",), args.force)
     machine = load_machine(args.profile)
     shape = load_model(args.model)
     records = read_records(Path(args.bench))

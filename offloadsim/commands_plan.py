@@ -112,7 +112,7 @@ def _placement_summary(model, plan) -> list[dict]:
 
 
 def plan_cmd(args: argparse.Namespace) -> int:
-    out = check_output(args.out, "out", (args.model, args.machine), (".json",))
+    out = check_output(args.out, "out", (args.model, args.machine), (".json",), args.force)
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and 0 < args.time_budget <= 3600):
         raise InputError(f"time-budget: {args.time_budget!r} seconds is out of range; give a number in (0, 3600].")
     engine = getattr(args, "engine", None) or own_engine()
@@ -226,7 +226,7 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
 
 
 def pareto_cmd(args: argparse.Namespace) -> int:
-    out = check_output(args.out, "out", (args.model, args.machine), (".png", ".svg", ".pdf"))
+    out = check_output(args.out, "out", (args.model, args.machine), (".png", ".svg", ".pdf"), args.force)
     if args.points < 2:
         raise InputError(f"points: {args.points} budgets cannot draw a curve; give --points 2 or more.")
     check_count(args.points, "points", 2, 32, "budgets per sweep")
@@ -249,7 +249,7 @@ def pareto_cmd(args: argparse.Namespace) -> int:
 
 
 def whatif_cmd(args: argparse.Namespace) -> int:
-    plot_out = check_output(args.plot, "plot", (args.model, args.machine), (".png", ".svg", ".pdf"))
+    plot_out = check_output(args.plot, "plot", (args.model, args.machine), (".png", ".svg", ".pdf"), args.force)
     if not args.vary:
         raise InputError("vary: nothing to vary; give at least one --vary KEY=V1,V2, e.g. --vary storage=nvme-gen4,nvme-gen5.")
     workers = limits.workers(args.workers)

@@ -61,8 +61,8 @@ def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict], machine: MachineSp
 
 def simulate_cmd(args: argparse.Namespace) -> int:
     inputs = (args.plan, args.model, args.machine)
-    gantt_out = check_output(args.gantt, "gantt", inputs, (".png", ".svg", ".pdf"))
-    trace_out = check_output(args.trace, "trace", inputs, (".json",))
+    gantt_out = check_output(args.gantt, "gantt", inputs, (".png", ".svg", ".pdf"), args.force)
+    trace_out = check_output(args.trace, "trace", inputs, (".json",), args.force)
     check_distinct({"gantt": gantt_out, "trace": trace_out})
     check_count(args.attribution, "attribution", 0, 256)
     machine = load_machine(args.machine)

@@ -18,6 +18,7 @@ from sim.costs.tiers import Tier
 from sim.costs.transfer import Codec
 from sim.model.shapes import ModelShape
 from hwmodels.files import load_json, write_atomic
+from hwmodels.names import Name
 from hwmodels.ranges import check_numbers
 
 PLAN_VERSION = 1
@@ -38,8 +39,8 @@ class Placement(Spec):
 
 class Plan(Spec):
     version: Literal[1] = Field(default=PLAN_VERSION, description="Plan format version.")
-    model: str = Field(description="Model name the plan was made for.")
-    machine: str = Field(description="Machine name the plan was made for.")
+    model: Name = Field(description="Model name the plan was made for.")
+    machine: Name = Field(description="Machine name the plan was made for.")
     policy: str = Field(default="custom", description="Who made the plan (a policy name or 'planner').")
     engine: str = Field(
         default="offloadsim", pattern=r"^[a-z][a-z0-9_]*$", description="The engine that executes the plan, by its "

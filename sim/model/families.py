@@ -79,6 +79,9 @@ def _gqa_attention(c: _Cfg, h: int, qkv_bias: bool, qk_norm: bool) -> tuple[int,
     n_kv = c.int("num_key_value_heads", n_h)
     if n_kv > n_h or n_h % n_kv:
         raise InputError(f"{c.source}: field 'num_key_value_heads' is {n_kv}; it must divide num_attention_heads ({n_h}).")
+    if c.get("head_dim") is None and h % n_h:  # transformers' own rule: hidden_size splits into the heads
+        raise InputError(f"{c.source}: field 'num_attention_heads' is {n_h}, which does not divide hidden_size ({h}); "
+                         "give heads that divide it, or head_dim.")
     d = c.int("head_dim") if c.get("head_dim") is not None else h // n_h
     if d < 1:
         raise InputError(f"{c.source}: field 'num_attention_heads' is {n_h}, more than hidden_size ({h}); give "
