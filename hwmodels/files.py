@@ -10,6 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from hwmodels.ranges import nonfinite_at
 from hwmodels.units import InputError
 
 MAX_CONFIG_BYTES = 16 * 2**20      # config.json files are a few KiB
@@ -27,23 +28,6 @@ def _depth(obj, limit: int = MAX_JSON_DEPTH) -> int:
     return depth
 
 
-class _NotFinite(ValueError):
-    pass
-
-
-def _no_constant(name: str):
-    """json's hook for NaN, Infinity and -Infinity: refused, never read as numbers."""
-    raise _NotFinite(name)
-
-
-def _finite_float(text: str) -> float:
-    """json's hook for a number with a fraction or exponent: 1e400 overflows to infinity and is refused."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise _NotFinite(text[:40])
-    return value
-
-
 def load_json(path: Path, field: str, max_bytes: int = MAX_CONFIG_BYTES, fix: str = "fix the file"):
     """Parse a JSON file the CLI reads: refuses non-files, huge files, bad JSON and deep nesting in one sentence."""
     try:
@@ -54,23 +38,25 @@ def load_json(path: Path, field: str, max_bytes: int = MAX_CONFIG_BYTES, fix: st
             raise InputError(f"{field}: {str(path)!r} is {size / 2**20:.0f} MiB, larger than any such file "
                              f"({max_bytes / 2**20:.0f} MiB); {fix}.")
         text = path.read_bytes().decode("utf-8")
-        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        data = json.loads(text)
     except InputError:
         raise
-    except _NotFinite as exc:
-        raise InputError(f"{field}: {str(path)!r} holds {exc.args[0]}, which is not a finite number; {fix}.") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{field}: {str(path)!r} is not valid JSON ({exc.msg} at line {exc.lineno}); {fix}.") from None
     except UnicodeDecodeError:
         raise InputError(f"{field}: {str(path)!r} is not UTF-8 text; {fix}.") from None
     except ValueError as exc:  # an integer of more than 4300 digits
-        raise InputError(f"{field}: {str(path)!r} holds a number too long to read ({str(exc)[:60]}); {fix}.") from None
+        raise InputError(f"{field}: {str(path)!r} holds an integer of more than 4300 digits, which is no real "
+                         f"value ({type(exc).__name__}); {fix}.") from None
     except RecursionError:
         raise InputError(f"{field}: {str(path)!r} nests deeper than {MAX_JSON_DEPTH} levels; {fix}.") from None
     except OSError as exc:
         raise InputError(f"{field}: {str(path)!r} cannot be read ({exc.strerror}); check the path.") from None
     if _depth(data) > MAX_JSON_DEPTH:
         raise InputError(f"{field}: {str(path)!r} nests deeper than {MAX_JSON_DEPTH} levels; {fix}.")
+    bad = nonfinite_at(data)  # NaN, Infinity or 1e400, which json reads as numbers
+    if bad is not None:
+        raise InputError(f"{field}: {str(path)!r} field {bad!r} is not a finite number; {fix}.")
     return data
 
 

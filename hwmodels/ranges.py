@@ -54,6 +54,12 @@ def _numbers(value):
             yield v
 
 
+def _unit_field(key: str, parent: str) -> str:
+    """The field whose unit a mapping's entry has: its own, or its parent's for a table keyed by names
+    (unpack_bytes_per_s_per_thread: {'zstd': ...}, stream_overhead_s: {'ram_pinned': ...})."""
+    return key if range_of(key) is not None or range_of(parent) is None else parent
+
+
 def bad_number(data, path: str = "") -> tuple[str, object, str] | None:
     """(field path, value, what is wrong) of the first number in `data` (parsed JSON) that is not finite, beyond any
     64-bit count, or outside its unit's physical range (PHYSICAL_RANGES); None when all pass. Iterative: no
@@ -62,7 +68,8 @@ def bad_number(data, path: str = "") -> tuple[str, object, str] | None:
     while stack:
         where, field, v = stack.pop()
         if isinstance(v, dict):  # pushed in reverse: the first bad number in the file's order is named
-            stack.extend(reversed([(f"{where}.{k}" if where else str(k), str(k), x) for k, x in v.items()]))
+            stack.extend(reversed([(f"{where}.{k}" if where else str(k), _unit_field(str(k), field), x)
+                                   for k, x in v.items()]))
         elif isinstance(v, (list, tuple)):
             stack.extend(reversed([(f"{where}[{i}]", field, x) for i, x in enumerate(v)]))
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -73,6 +80,20 @@ def bad_number(data, path: str = "") -> tuple[str, object, str] | None:
                 return where, v, f"is outside {bounds[0]:g}..{bounds[1]:g}"
             if abs(v) > MAX_MAGNITUDE:
                 return where, v, "is beyond any real count (2**63)"
+    return None
+
+
+def nonfinite_at(data) -> str | None:
+    """The path of the first NaN or infinite number in `data` (parsed JSON), else None."""
+    stack = [("", data)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(reversed([(f"{where}.{k}" if where else str(k), x) for k, x in v.items()]))
+        elif isinstance(v, list):
+            stack.extend(reversed([(f"{where}[{i}]", x) for i, x in enumerate(v)]))
+        elif isinstance(v, float) and not math.isfinite(v):
+            return where or "value"
     return None
 
 
