@@ -4,12 +4,14 @@ Readers bound their work by the file's size before they parse; writers never lea
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
 
+from hwmodels.names import shown
 from hwmodels.ranges import nonfinite_at
 from hwmodels.units import InputError
 
@@ -77,6 +79,27 @@ def plain(data):
 def json_text(data, indent: int | None = 1) -> str:
     """Valid JSON (RFC 8259: no NaN or Infinity) of `data`, through `plain`."""
     return json.dumps(plain(data), indent=indent, allow_nan=False)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """Yield a temporary path beside `path` with the same suffix; rename it over `path` when the block succeeds. A
+    failure to write (a full disk, a quota) removes the temporary file and raises InputError naming `path`."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".offloadsim-", suffix=f".tmp{path.suffix[:16]}")
+        os.close(fd)
+    except OSError as exc:
+        raise InputError(f"{shown(str(path), 80)!r}: cannot be written ({exc.strerror}); nothing was written: free "
+                         "space or give another folder.") from None
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise InputError(f"{shown(str(path), 80)!r}: cannot be written ({exc.strerror}); nothing was written: free "
+                         "space or give another folder.") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -9,7 +9,7 @@ from hwmodels.presets import load_machine
 from hwmodels.units import GiB, InputError, check_count
 from offloadsim import limits
 from offloadsim.output import emit, fail
-from offloadsim.outputs import atomic, check_output
+from offloadsim.outputs import check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.analysis.attribution import stall_attribution
 from sim.costs.memory import shared_bytes
@@ -238,8 +238,7 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     limits.check_request(model, machine, w, items=limits.MAX_ITEMS // args.points)
     from planner.pareto import plot, sweep
     data = sweep(model, machine, w, points=args.points, ram=ram)
-    with atomic(out) as tmp:
-        plot(data, tmp)
+    plot(data, out)  # written atomically (hwmodels.files.atomic_path)
     names = [k for k in data["by_vram"][0] if k != "vram_bytes"]
     lines = [f"{'VRAM GiB':>9} " + " ".join(f"{n:>10}" for n in names)]
     for r in data["by_vram"]:
@@ -266,8 +265,7 @@ def whatif_cmd(args: argparse.Namespace) -> int:
         raise InputError(msg if msg.startswith("vary") else f"vary {msg}") from None
     data = grid(model, machine, w, vary, workers=workers, progress=not args.json)
     if plot_out:
-        with atomic(plot_out) as tmp:
-            plot_whatif(data, str(tmp))
+        plot_whatif(data, str(plot_out))
     keys = list(vary)
     lines = [" ".join(f"{k:>12}" for k in keys) + f" {'TTFT s':>9} {'s/token':>9} {'tok/s':>8}  critical"]
     for r in sorted(data["rows"], key=lambda r: r.get("time_per_token_s", float("inf")))[:40]:

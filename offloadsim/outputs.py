@@ -8,12 +8,11 @@ naming the target, never the temporary file.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 
+from hwmodels.files import atomic_path as atomic  # noqa: F401  (the CLI's writers use it by this name)
 from hwmodels.units import InputError
 
 _SPECIAL = ("/proc", "/sys", "/dev")
@@ -94,27 +93,6 @@ def check_distinct(outputs: dict[str, Path | None]) -> None:
 
 def _short(name: str, n: int = 60) -> str:
     return name if len(name) <= n else name[: n - 3] + "..."
-
-
-@contextlib.contextmanager
-def atomic(path: str | Path):
-    """Yield a temporary path beside `path` with the same suffix; rename it over `path` when the block succeeds. A
-    failure to write (a full disk, a quota) removes the temporary file and raises InputError naming `path`."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".offloadsim-", suffix=f".tmp{path.suffix[:16]}")
-        os.close(fd)
-    except OSError as exc:
-        raise InputError(f"{_short(str(path))!r}: cannot be written ({exc.strerror}); nothing was written: free "
-                         "space or give another folder.") from None
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise InputError(f"{_short(str(path))!r}: cannot be written ({exc.strerror}); nothing was written: free "
-                         "space or give another folder.") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def write_text(path: str | Path, text: str) -> None:

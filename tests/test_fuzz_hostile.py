@@ -56,3 +56,21 @@ def test_hostile_sample_is_refused_or_answered_cleanly(inputs, tmp_path, monkeyp
             assert case["field"].lower() in err.lower(), what
         else:
             assert not answer_problems(case["argv"], out), (what, answer_problems(case["argv"], out))
+
+
+@pytest.mark.parametrize("argv", [["simulate", "{config}", "--new-tokens", "2", "--gantt", "g.png"],
+                                  ["pareto", "{config}", "--points", "2", "--out", "p.png"],
+                                  ["plan", "{config}", "--time-budget", "0.2", "--out", "p.json"]])
+def test_a_full_disk_leaves_no_file_and_names_the_output(inputs, tmp_path, monkeypatch, argv):
+    import errno
+    import tempfile
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "replace", full)  # the last step of every atomic write: the bytes did not all land
+    monkeypatch.chdir(tmp_path)
+    e = io.StringIO()
+    with contextlib.redirect_stderr(e), contextlib.redirect_stdout(io.StringIO()):
+        rc = main([a.format(config=inputs["config"]) for a in argv])
+    assert rc == 2 and argv[-1] in e.getvalue() and "No space left" in e.getvalue()
+    assert list(tmp_path.iterdir()) == [] and tempfile.gettempdir()

@@ -11,7 +11,7 @@ import torch
 from hwmodels.specs import MachineSpec
 from sim.run.events import Event, write_chrome_trace
 from sim.costs.memory import memory_use
-from hwmodels.files import json_text, write_atomic
+from hwmodels.files import atomic_path, json_text, write_atomic
 from sim.plan import Budgets, Plan, Workload
 from sim.engines.placements import POLICIES
 from sim.run.simulate import simulate
@@ -66,10 +66,11 @@ def overlay_gantt(pred: list[Event], meas: list[Event], path: Path, title: str) 
     axes[1].set_xlabel("time (s)")
     axes[0].set_title(title, fontsize=9)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def validate_plan(engine: Engine, shape: ModelShape, machine: MachineSpec, plan: Plan, w: Workload, budgets: Budgets,
