@@ -24,7 +24,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("calibrate", help="measure this machine and write a profile for simulate/plan/validate")
     c.set_defaults(run=handlers.calibrate)
     c.add_argument("--quick", action="store_true", help="small sizes and, without --model, a 2-layer Llama of "
-                   "hidden 512: seconds on a CPU, for a first look or a test (its grids match no real model)")
+                   "hidden 512: under a minute on a 2-core CPU, for a first look or a test (its grids match no real model)")
     c.add_argument("--base", default="h200-testbox", help="preset whose unmeasured values the profile keeps")
     c.add_argument("--model", default=None, help="preset or config.json whose decoder layer is timed (default "
                    "llama-3.1-8b; with --quick a 2-layer Llama of hidden 512)")
