@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--part", default="1/1", help="K/N: run the K-th of N interleaved parts of the cases")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "fuzz.json"))
+    ap.add_argument("--out", default=str(ROOT / "lab" / "data" / "fuzz.json"))
     args = ap.parse_args(argv)
     import torch  # noqa: F401  (imported once in the parent: children fork with it loaded)
     from offloadsim.cli import build_parser

@@ -113,7 +113,7 @@ def write_atomic(path: Path, text: str) -> None:
             fh.write(text)
         os.replace(tmp, path)
     except OSError as exc:
-        raise InputError(f"{str(path)[:80]!r}: cannot be written ({exc.strerror}); nothing was written: free space "
+        raise InputError(f"{shown(str(path), 80)!r}: cannot be written ({exc.strerror}); nothing was written: free space "
                          "or give another folder.") from None
     finally:
         if tmp is not None:
