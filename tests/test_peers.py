@@ -1134,14 +1134,14 @@ def test_calibrate_peer_cli_writes_a_profile_that_simulate_uses(tmp_path, capsys
     # JSON lines (llama-bench -o jsonl) read alike, a byte-order mark and blank space before either allowed; a
     # record without its time is refused in one sentence
     bench.write_bytes(b"\xef\xbb\xbf \n" + json.dumps(recs).encode())
-    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json"]) == 0
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json", "--force"]) == 0
     assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(0.8, rel=1e-3)
     bench.write_text("\n" + "\n".join(json.dumps(r) for r in recs))
-    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json"]) == 0
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json", "--force"]) == 0
     assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(0.8, rel=1e-3)
     bench.write_text(json.dumps([{k: v for k, v in recs[0].items() if k != "avg_ns"}]))
     before = out.read_text()
-    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out)]) == 2
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--force"]) == 2
     err = capsys.readouterr().err
     assert "record 0" in err and "'avg_ns'" in err and "Traceback" not in err and out.read_text() == before
 
