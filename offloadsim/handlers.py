@@ -39,7 +39,7 @@ def pareto(args: argparse.Namespace) -> int:
 
 
 def whatif(args: argparse.Namespace) -> int:
-    from offloadsim.commands_plan import whatif_cmd
+    from offloadsim.commands_whatif import whatif_cmd
     return whatif_cmd(args)
 
 
@@ -61,3 +61,8 @@ def validate(args: argparse.Namespace) -> int:
 def calibrate_peer(args: argparse.Namespace) -> int:
     from offloadsim.commands_peer import calibrate_peer_cmd
     return calibrate_peer_cmd(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    from offloadsim.commands_run import run_cmd
+    return run_cmd(args)

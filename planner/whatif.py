@@ -81,7 +81,11 @@ def _init(model, machine, w) -> None:
 
 
 def _one(combo: dict) -> dict:
-    model, machine, w = _CTX["model"], _CTX["machine"], _CTX["w"]
+    return evaluate(_CTX["model"], _CTX["machine"], _CTX["w"], combo)
+
+
+def evaluate(model: ModelShape, machine: MachineSpec, w: Workload, combo: dict) -> dict:
+    """One combination of machine changes (KEYS) planned and predicted: the row whatif and the sweeps report."""
     m, budget = variant(machine, combo)
     if budget.get("vram", 0) > m.gpu.vram_bytes:  # more VRAM needs a larger GPU: vary gpu= for it
         return {"combo": combo, "feasible": False,
@@ -135,6 +139,13 @@ def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, l
     else:
         _init(model, machine, w)
         rows = [_one(c) for c in tqdm(combos, disable=not progress, desc="what-if")]
+    return {"model": model.name, "machine": machine.name, **summarize(rows, vary, machine)}
+
+
+def summarize(rows: list[dict], vary: dict[str, list[str]], machine: MachineSpec) -> dict:
+    """Every row of the full grid made monotone (in place), the base (each key's first value) and the single
+    upgrades from it ranked by speedup: {'base', 'rows', 'upgrades'}."""
+    keys = list(vary)
     monotone(rows, keys, vary, machine)
     base = {k: vary[k][0] for k in keys}
     index = {tuple(r["combo"][k] for k in keys): r for r in rows}
@@ -147,7 +158,7 @@ def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, l
                 upgrades.append({"change": f"{k}={v}", "time_per_token_s": r["time_per_token_s"],
                                  "speedup": b["time_per_token_s"] / r["time_per_token_s"]})
     upgrades.sort(key=lambda u: -u["speedup"])
-    return {"model": model.name, "machine": machine.name, "base": base, "rows": rows, "upgrades": upgrades}
+    return {"base": base, "rows": rows, "upgrades": upgrades}
 
 
 def plot(data: dict, path: str) -> None:

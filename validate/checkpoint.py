@@ -1,4 +1,5 @@
-"""Random-weight Hugging Face checkpoints made from a config with transformers (no hub), small or full size.
+"""Random-weight Hugging Face checkpoints made from a config with transformers (no hub), small or full size, with a
+small character-level tokenizer (validate/tiny_tokenizer.py) so that `offloadsim run` can talk to them.
 
 The model is built on the meta device (no memory) for its tensors' names and shapes; each tensor is then written
 to one safetensors file in blocks, so memory stays at a block whatever the size. Weights are N(0, 0.02) (norms
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from hwmodels.units import GiB, InputError
 from sim.model.resolve import preset_config
+from validate.tiny_tokenizer import tiny_vocab, write_tiny_tokenizer
 
 BLOCK_ELEMENTS = 2**20   # normal draws per tensor; larger tensors repeat them at random offsets
 
@@ -87,6 +89,8 @@ def make_checkpoint(cfg: dict, out: Path, seed: int = 0, device: str = "cpu") ->
     out = Path(out)
     if out.exists() and any(out.glob("*.safetensors")):
         raise InputError(f"out: {str(out)!r} already holds a checkpoint; choose an empty folder.")
+    vocab = tiny_vocab(cfg["vocab_size"])
+    cfg = dict(cfg, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"])
     config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if not k.startswith("_")})
     tensors = _tensors(config)
     nbytes = sum(2 * _numel(s) for s, _ in tensors.values())
@@ -99,6 +103,7 @@ def make_checkpoint(cfg: dict, out: Path, seed: int = 0, device: str = "cpu") ->
     try:
         tmp.mkdir(parents=True)
         config.save_pretrained(tmp)
+        write_tiny_tokenizer(tmp, cfg["vocab_size"])
         cfg_written = json.loads((tmp / "config.json").read_text())
         cfg_written["model_type"] = cfg["model_type"]
         (tmp / "config.json").write_text(json.dumps(cfg_written, indent=1))
