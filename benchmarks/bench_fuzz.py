@@ -1,14 +1,20 @@
-"""Fuzz benchmark: >= 1,000 generated bad inputs across every command, each in its own process.
+"""Fuzz benchmark: >= 1,000 generated hostile inputs across every command and reader, each in its own process.
 
-Every case is a command line plus the files it reads; all of them are wrong on purpose. Each runs in a forked child
-(the parent has imported offloadsim and torch once, so a case costs milliseconds) with stdout/stderr in files, an
-address-space limit of its start size + 4 GiB, a 30 s wall clock and OFFLOADSIM_DEBUG=1 (so an unexpected exception
-shows as a traceback instead of the CLI's one-line internal error). A case is correct when it exits 2 with one line
-on stderr naming the field, and no input file or folder changed. Classes counted: tracebacks, hangs (> 30 s),
-memory (> 2 GiB above the start, or the CLI's out-of-memory sentence), wrong exit codes, files changed, poor
-messages (more than one line, or the field not named).
+Every case is a command line plus the files it reads, drawn from a class of hostile input (bad flags, configs,
+plans, profiles, safetensors, stores and paths: tests/test_fuzz_cli.py; GGUF files, llama-bench output, every number
+of a profile and of a plan's codec, existing or unnameable outputs, names with control characters, edge requests
+whose JSON must stay valid: tests/fuzz_hostile.py). Each runs in a forked child (the parent has imported offloadsim
+and torch once, so a case costs milliseconds) with stdout/stderr in files, an address-space limit of its start size
++ 4 GiB, a 30 s wall clock and OFFLOADSIM_DEBUG=1 (so an unexpected exception shows as a traceback instead of the
+CLI's one-line internal error). A refused case is correct when it exits 2 with one line on stderr naming the field;
+an accepted one (a hostile name, an edge request) when it exits 0 with an answer of valid JSON (with --json), no
+non-finite number and no raw control character; and in both, no file of its folder changed, added or left behind.
+Classes counted: tracebacks, hangs (> 30 s), memory (peak > 1 GiB above the start, or the CLI's out-of-memory
+sentence), wrong exit codes, files changed, poor messages, invalid JSON, non-finite numbers printed, control
+characters printed.
 
-    python benchmarks/bench_fuzz.py --cases 1200 --out lab/data/fuzz.json
+    python benchmarks/bench_fuzz.py --cases 2000 --out lab/data/fuzz.json
+    python benchmarks/bench_fuzz.py --cases 2000 --part 1/4 --out /tmp/fuzz-1.json   # a quarter of the cases
 """
 from __future__ import annotations
 
@@ -28,10 +34,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.fuzz_hostile import answer_problems, generators, hostile_inputs  # noqa: E402
 from tests.test_fuzz_cli import CONFIG, make_inputs, snapshot  # noqa: E402
 
 TIMEOUT_S = 30.0
-MEMORY_BYTES = 2 * 2**30
+MEMORY_BYTES = 2**30
 SIZES = ["4XB", "nan", "inf", "1e400GiB", "-4GiB", "", "GiB", "4 Q", "0x10GB", "1e30GiB", "four", "--1GB", "NaNGB",
          "4iB", "1,5GB", "4GiB4", "\u0664GiB", "1e-400GB", "+-4GB", "4..0GB"]
 COUNTS = ["0", "-1", "-100", "10000000", "1000000000", "1e7", "1e9", "1.5", "x", "", "nan", "0x10", "99999999999999999999"]
@@ -234,7 +241,8 @@ class _Generators:
 
     def infeasible(self) -> dict:
         rng, c, pl = self.rng, self.c, self.pl
-        return {"argv": ["plan", c, "--vram", rng.choice(["1KiB", "100", "0"]), "--out", pl], "field": "budget"}
+        return {"argv": ["plan", c, "--vram", rng.choice(["1KiB", "100", "0"]), "--out", pl, "--force"],
+                "field": "budget"}
 
     def torchless(self) -> dict:
         rng, ck = self.rng, self.ck
@@ -269,7 +277,8 @@ def gen_cases(n: int, rng: random.Random, inp: dict[str, Path]) -> list[dict]:
     """n cases: {'category', 'argv', 'files' (name -> bytes, written in the case folder), 'field'}."""
     g = _Generators(rng, inp)
     gens = [g.misc, g.size, g.above_hardware, g.count, g.real, g.vary, g.config_field, g.config_file, g.plan_field,
-            g.plan_file, g.profile_field, g.safetensors, g.store, g.paths, g.infeasible, g.torchless]
+            g.plan_file, g.profile_field, g.safetensors, g.store, g.paths, g.infeasible, g.torchless,
+            *generators(rng, inp)]
     cases = []
     for i in range(n):
         gen = gens[i % len(gens)]
@@ -364,7 +373,9 @@ def run_cases(cases: list[dict], work: Path, inputs_dir: Path, jobs: int) -> lis
             results[i] = {"i": i, "category": cases[i]["category"], "command": cases[i]["argv"][0],
                           "argv": cases[i]["argv"], "field": cases[i]["field"], "rc": rc, "seconds": round(secs, 3),
                           "rss_growth_bytes": grew, "hung": hung, "stderr": err[-600:],
-                          "changed": snapshot(folder) != before}
+                          "expect": list(cases[i].get("expect", (2,))),
+                          "answer": answer_problems(cases[i]["argv"], (log / "out").read_text(errors="replace"))
+                          if rc == 0 else [], "changed": snapshot(folder) != before}
             shutil.rmtree(folder, ignore_errors=True)
         if not done_any:
             time.sleep(0.002)
@@ -383,12 +394,13 @@ def classify(r: dict) -> list[str]:
         out.append("hang")
     if r["rss_growth_bytes"] > MEMORY_BYTES or "needs more memory than this machine has" in err:
         out.append("memory")
-    if r["rc"] != 2:
+    if r["rc"] not in r.get("expect", [2]):
         out.append("wrong_exit_code")
     if r["changed"]:
         out.append("file_changed")
-    if not out and (err.count("\n") != 1 or not err.startswith("offloadsim: error: ")
-                    or r["field"].lower() not in err.lower()):
+    out += r.get("answer", [])
+    if not out and r["rc"] == 2 and (err.count("\n") != 1 or not err.startswith("offloadsim: error: ")
+                                      or r["field"].lower() not in err.lower()):
         out.append("poor_message")
     return out or ["correct"]
 
@@ -398,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=1200)
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "fuzz.json"))
+    ap.add_argument("--part", default="1/1", help="K/N: run the K-th of N interleaved parts of the cases")
+    ap.add_argument("--out", default=str(ROOT / "lab" / "data" / "fuzz.json"))
     args = ap.parse_args(argv)
     import torch  # noqa: F401  (imported once in the parent: children fork with it loaded)
     from offloadsim.cli import build_parser
@@ -407,8 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="offloadsim-fuzz-") as tmp:
-        inputs = make_inputs(Path(tmp) / "inputs")
+        inputs = hostile_inputs(make_inputs(Path(tmp) / "inputs"))
         cases = gen_cases(args.cases, rng, inputs)
+        k, n = (int(x) for x in args.part.split("/"))
+        cases = [c for i, c in enumerate(cases) if i % n == k - 1]  # every n-th case: each part holds every class
         work = Path(tmp) / "work"
         work.mkdir()
         results = run_cases(cases, work, inputs["dir"], args.jobs)
@@ -418,10 +433,11 @@ def main(argv: list[str] | None = None) -> int:
         by_cat.setdefault(r["category"], Counter()).update(classify(r))
     bad = [dict(r, classes=classify(r)) for r in results if classify(r) != ["correct"]]
     report = {"cases": len(cases), "commands": sorted({r["command"] for r in results if r["command"]}),
-              "seconds": round(time.perf_counter() - t0, 1), "seed": args.seed, "jobs": args.jobs,
+              "seconds": round(time.perf_counter() - t0, 1), "seed": args.seed, "jobs": args.jobs, "part": args.part,
               "limits": {"timeout_s": TIMEOUT_S, "memory_bytes": MEMORY_BYTES},
               "classes": {k: classes.get(k, 0) for k in ("correct", "traceback", "hang", "memory", "wrong_exit_code",
-                                                          "file_changed", "poor_message")},
+                                                          "file_changed", "poor_message", "invalid_json",
+                                                          "nonfinite_printed", "control_chars")},
               "by_category": {k: dict(v) for k, v in sorted(by_cat.items())},
               "slowest_s": max(r["seconds"] for r in results),
               "largest_rss_growth_bytes": max(r["rss_growth_bytes"] for r in results),

@@ -13,6 +13,7 @@ from typing import Any
 from hwmodels.specs import CpuSpec, GpuSpec, HostMemorySpec, LinkSpec, MachineSpec, StorageSpec
 from hwmodels.units import InputError, parse_bandwidth, parse_bytes, parse_seconds, unknown_name
 from hwmodels.files import load_json
+from hwmodels.ranges import PHYSICAL_RANGES, check_numbers, out_of_range
 
 _PARTS = {"gpu": ("gpus.toml", GpuSpec), "link": ("links.toml", LinkSpec), "storage": ("storage.toml", StorageSpec),
           "host_memory": ("memory.toml", HostMemorySpec), "cpu": ("cpus.toml", CpuSpec)}
@@ -127,12 +128,9 @@ __all__ = ["get_machine", "list_machines", "machine_sources", "gpu_presets", "li
            "part_names", "InputError"]
 
 
-# Plausible ranges for a measured profile's values, by the field's unit suffix: a profile outside them is a broken
-# measurement or a typo, and would give garbage predictions with exit code 0.
-PROFILE_RANGES = {"_bytes_per_s": (1e6, 1e15), "_bytes_per_s_per_thread": (1e6, 1e15), "flops_per_s": (1e8, 1e19),
-                  "capacity_bytes": (2**28, 2**50), "vram_bytes": (2**28, 2**50), "_s": (0.0, 1.0),
-                  "year": (1990, 2100), "generation": (1, 7), "lanes": (1, 32), "cores": (1, 4096),
-                  "unpack_threads": (1, 4096), "queue_depth": (1, 65536), "copy_contention": (0.01, 100.0)}
+# A measured profile's values must lie in the physical ranges of their units (hwmodels.ranges): a profile outside
+# them is a broken measurement or a typo, and would give garbage predictions with exit code 0.
+PROFILE_RANGES = PHYSICAL_RANGES
 MAX_PROFILE_BYTES = 4 * 2**20
 
 
@@ -142,24 +140,13 @@ RANGED_PARTS = ("gpu", "link", "storage", "host_memory", "cpu")
 def profile_range(field: str, value) -> tuple[float, float] | None:
     """The accepted (low, high) of a profile field's value (a number or a mapping of numbers) when it lies outside
     them, else None (inside, or a field without a range)."""
-    values = value.values() if isinstance(value, dict) else [value]
-    suffix = max((k for k in PROFILE_RANGES if field.endswith(k)), key=len, default=None)
-    if suffix is None or suffix == "_s" and field.endswith("_per_s"):
-        return None
-    low, high = PROFILE_RANGES[suffix]
-    if any(isinstance(v, (int, float)) and not low <= v <= high for v in values):
-        return low, high
-    return None
+    return out_of_range(field, value)
 
 
-def _check_ranges(machine: MachineSpec, spec: str) -> None:
-    for part in RANGED_PARTS:
-        for field, value in getattr(machine, part).model_dump().items():
-            bounds = profile_range(field, value)
-            if bounds:
-                low, high = bounds
-                raise InputError(f"machine: profile {spec!r} field '{part}.{field}' = {value!r} is outside "
-                                 f"{low:g}..{high:g}; re-run 'offloadsim calibrate' or fix that value.")
+def check_machine(machine: MachineSpec, spec: str) -> None:
+    """Every number of the machine (its parts, engine and peers' costs, compute grids) finite and in its range."""
+    check_numbers(machine.model_dump(exclude={"sources", "description", "name"}), f"machine: profile {spec!r}",
+                  "re-run 'offloadsim calibrate' or fix that value")
 
 
 def load_machine(spec: str) -> MachineSpec:
@@ -189,6 +176,6 @@ def load_machine(spec: str) -> MachineSpec:
             where = ".".join(str(p) for p in first["loc"]) or "file"
             raise InputError(f"machine: profile {spec!r} field {where!r} is invalid ({first['msg']}); re-run "
                              "'offloadsim calibrate' or fix that value.") from None
-        _check_ranges(machine, spec)
+        check_machine(machine, spec)
         return machine
     return get_machine(spec)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
                       model_validator)
 
+from hwmodels.names import Name
 from hwmodels.profiles import ComputeGrid, H2DPoint
 
 
@@ -26,7 +27,7 @@ def pcie_theoretical_bytes_per_s(generation: int, lanes: int) -> float:
 
 
 class StorageSpec(Spec):
-    name: str = Field(description="Device name.")
+    name: Name = Field(description="Device name.")
     cold_read_bytes_per_s: PositiveFloat = Field(description="Sequential read speed with the page cache empty.")
     cache_read_bytes_per_s: PositiveFloat = Field(description="Re-read speed when the data sits in the page cache.")
     write_bytes_per_s: PositiveFloat = Field(description="Sequential write speed.")
@@ -49,7 +50,7 @@ class HostMemorySpec(Spec):
 
 
 class LinkSpec(Spec):
-    name: str = Field(description="Link name, e.g. pcie4x16.")
+    name: Name = Field(description="Link name, e.g. pcie4x16.")
     generation: int = Field(ge=3, le=6, description="PCIe generation.")
     lanes: PositiveInt = Field(description="PCIe lanes.")
     pinned_h2d_bytes_per_s: PositiveFloat = Field(description="Achieved host-to-device copy speed from pinned memory.")
@@ -64,7 +65,7 @@ class LinkSpec(Spec):
 
 
 class GpuSpec(Spec):
-    name: str = Field(description="GPU name.")
+    name: Name = Field(description="GPU name.")
     year: int = Field(description="Year of release.")
     market: str = Field(description="'consumer' or 'datacenter'.", pattern="^(consumer|datacenter)$")
     vram_bytes: PositiveInt = Field(description="VRAM capacity.")
@@ -93,7 +94,7 @@ class GpuSpec(Spec):
 
 
 class CpuSpec(Spec):
-    name: str = Field(description="CPU (or CPUs) name.")
+    name: Name = Field(description="CPU (or CPUs) name.")
     cores: PositiveInt = Field(description="Physical cores used for compute and unpacking.")
     memory_bytes_per_s: PositiveFloat = Field(description="RAM bandwidth the CPU achieves in matrix-vector work.")
     flops_per_s: PositiveFloat = Field(description="Achievable BF16 FLOP/s for matrix work (all cores).")
@@ -128,7 +129,7 @@ PeerValue = float | int | bool | str | None
 
 
 class MachineSpec(Spec):
-    name: str = Field(description="Machine name.")
+    name: Name = Field(description="Machine name.")
     description: str = Field(default="", description="What this machine is.")
     gpu: GpuSpec
     link: LinkSpec

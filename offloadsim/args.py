@@ -5,6 +5,7 @@ import argparse
 
 from offloadsim import handlers
 from offloadsim.machine_flags import add_machine_flags
+from offloadsim.outputs import add_force
 
 
 def _model(p: argparse.ArgumentParser) -> None:
@@ -24,6 +25,7 @@ def add_all(sub: argparse._SubParsersAction) -> None:
     hw.add_argument("--out", default=None, help="'detect': write the profile JSON here")
     hw.add_argument("--disk-path", default=".", help="'detect': folder whose disk is read (default .)")
     hw.add_argument("--json", action="store_true")
+    add_force(hw)
     hw.set_defaults(run=handlers.hw)
 
     info = sub.add_parser("info", help="per-unit eq. (1) time in every tier and the eq. (2) verdict")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from offloadsim import handlers
+from offloadsim.outputs import add_force
 from offloadsim.args_sim import add_workload
 from sim.engines import installed_names
 
@@ -28,6 +29,7 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
                    help="print an engine's arguments for the plan (with --engine, that engine's own)")
     p.add_argument("--explain", action="store_true", help="per-unit placement and stall contribution")
     p.add_argument("--json", action="store_true")
+    add_force(p)
 
     q = sub.add_parser("pareto", help="predicted time per token against the VRAM and RAM budgets, every planner")
     q.set_defaults(run=handlers.pareto)
@@ -38,6 +40,7 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     q.add_argument("--chart", "--out", dest="chart", default=None, help="also draw the curves into this figure "
                    "(PNG, SVG or PDF); none by default")
     q.add_argument("--json", action="store_true")
+    add_force(q)
 
 
 def add_whatif(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
@@ -61,3 +64,4 @@ def add_whatif(sub: argparse._SubParsersAction, model_args, machine_args) -> Non
                    "file to skip the combinations already in it (needed above 100,000 combinations)")
     p.add_argument("--plot", default=None, help="bar chart of the single upgrades")
     p.add_argument("--json", action="store_true")
+    add_force(p)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from offloadsim import handlers
+from offloadsim.outputs import add_force
 
 
 def add_workload(p: argparse.ArgumentParser) -> None:
@@ -37,3 +38,4 @@ def add_sim(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     s.add_argument("--trace", default=None, help="write a Chrome trace JSON (Perfetto)")
     s.add_argument("--attribution", type=int, default=8, help="show the N units whose residency helps most")
     s.add_argument("--json", action="store_true")
+    add_force(s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from offloadsim import handlers
+from offloadsim.outputs import add_force
 
 
 def add_validate(sub: argparse._SubParsersAction) -> None:
@@ -22,12 +23,15 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
 
     c = sub.add_parser("calibrate", help="measure this machine and write a profile for simulate/plan/validate")
     c.set_defaults(run=handlers.calibrate)
-    c.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    c.add_argument("--quick", action="store_true", help="small sizes and, without --model, a 2-layer Llama of "
+                   "hidden 512: under a minute on a 2-core CPU, for a first look or a test (its grids match no real model)")
     c.add_argument("--base", default="h200-testbox", help="preset whose unmeasured values the profile keeps")
-    c.add_argument("--model", default="llama-3.1-8b", help="preset, config.json, checkpoint folder or Hugging Face id (Qwen/Qwen3-8B) whose decoder "
-                   "layer is timed")
+    c.add_argument("--model", default=None, help="preset, config.json, checkpoint folder or Hugging Face id "
+                   "(Qwen/Qwen3-8B) whose decoder layer is timed (default llama-3.1-8b; with --quick a 2-layer Llama "
+                   "of hidden 512)")
     c.add_argument("--dir", default=".", help="folder on the disk to measure")
     c.add_argument("--out", default="profile.json")
+    add_force(c)
     c.add_argument("--peer", action="append", default=[], metavar="ENGINE",
                    help="also time this engine's own costs (repeatable), e.g. accelerate or airllm; none by default")
 
@@ -40,6 +44,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     cp.add_argument("--profile", default="h200-testbox", help="machine preset or profile JSON to start from")
     cp.add_argument("--out", default="profile-llamacpp.json", help="profile JSON to write")
     cp.add_argument("--json", action="store_true")
+    add_force(cp)
 
     v = sub.add_parser("validate", help="run a plan on the engine and compare with the simulator")
     v.set_defaults(run=handlers.validate)
@@ -56,6 +61,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     v.add_argument("--out", default="validation", help="report folder")
     v.add_argument("--json", action="store_true")
+    add_force(v)
 
     r = sub.add_parser("run", help="generate text with offloadsim's engine on a checkpoint, placed as a plan says, "
                        "and print the measured speed beside the plan's prediction")

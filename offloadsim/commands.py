@@ -45,7 +45,7 @@ def hw_detect(args: argparse.Namespace) -> int:
     from offloadsim.outputs import check_output
     from hwmodels.files import write_atomic
 
-    out = check_output(args.out, "out", (), (".json",))
+    out = check_output(args.out, "out", (), (".json",), args.force)
     request = args.machine if hasattr(args.machine, "resolve") else None
     base = request.base if request is not None else args.machine
     machine, notes = detect_machine(args.disk_path, base)

@@ -8,6 +8,7 @@ from pathlib import Path
 from hwmodels.presets import load_machine
 from hwmodels.units import InputError
 from offloadsim.output import emit
+from hwmodels.files import json_text
 from offloadsim.outputs import atomic, check_output
 from sim.engines import installed_names
 
@@ -20,15 +21,16 @@ def calibrate_peer_cmd(args: argparse.Namespace) -> int:
                          f"{', '.join(installed_names())}); calibrate-peer fits llama.cpp's costs only, so install "
                          "that engine to use it.")
     from sim.model.resolve import load_model
-    from sim.engines.llamacpp.bench import calibrate_host, read_records
-    out = check_output(args.out, "out", (args.bench, args.model, args.profile), (".json",))
+    from sim.engines.llamacpp.bench import calibrate_host
+    from sim.engines.llamacpp.bench_records import read_records
+    out = check_output(args.out, "out", (args.bench, args.model, args.profile), (".json",), args.force)
     machine = load_machine(args.profile)
     shape = load_model(args.model)
     records = read_records(Path(args.bench))
     m, rep = calibrate_host(shape, machine, records, f"{args.bench} on {args.profile}")
     prof = {"machine": json.loads(m.model_dump_json()), "calibrate_peer": rep}
     with atomic(out) as tmp:
-        tmp.write_text(json.dumps(prof, indent=1, default=float))
+        tmp.write_text(json_text(prof))
     lines = [f"llama.cpp on this host: its CPU share runs {rep['host_cpu_scale']:.3f}x as fast as the llama.cpp costs "
              f"of profile {args.profile!r} say; profile written to {args.out} (use it as --machine {args.out})",
              "| run | tokens | measured (s/token) | predicted before | after | used |", "|---|---|---|---|---|---|"]

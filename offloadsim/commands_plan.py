@@ -9,7 +9,7 @@ from hwmodels.presets import load_machine
 from hwmodels.units import GiB, InputError, check_count
 from offloadsim import limits
 from offloadsim.output import emit, fail
-from offloadsim.outputs import atomic, check_output
+from offloadsim.outputs import check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.analysis.attribution import stall_attribution
 from sim.costs.memory import shared_bytes
@@ -90,7 +90,7 @@ def _placement_summary(model, plan) -> list[dict]:
 
 
 def plan_cmd(args: argparse.Namespace) -> int:
-    out = check_output(args.out, "out", (args.model, args.machine), (".json",))
+    out = check_output(args.out, "out", (args.model, args.machine), (".json",), args.force)
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and 0 < args.time_budget <= 3600):
         raise InputError(f"time-budget: {args.time_budget!r} seconds is out of range; give a number in (0, 3600].")
     engine = getattr(args, "engine", None) or own_engine()
@@ -199,7 +199,7 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
 
 
 def pareto_cmd(args: argparse.Namespace) -> int:
-    out = check_output(args.chart, "chart", (args.model, args.machine), (".png", ".svg", ".pdf"))
+    out = check_output(args.chart, "chart", (args.model, args.machine), (".png", ".svg", ".pdf"), args.force)
     if args.points < 2:
         raise InputError(f"points: {args.points} budgets cannot draw a curve; give --points 2 or more.")
     check_count(args.points, "points", 2, 32, "budgets per sweep")
@@ -212,8 +212,7 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     from planner.pareto import plot, sweep
     data = sweep(model, machine, w, points=args.points, ram=ram, progress=not args.json)
     if out is not None:
-        with atomic(out) as tmp:
-            plot(data, tmp)
+        plot(data, out)  # written atomically (hwmodels.files.atomic_path)
     names = [k for k in data["by_vram"][0] if k != "vram_bytes"]
     lines = [f"{'VRAM GiB':>9} " + " ".join(f"{n:>10}" for n in names)]
     for r in data["by_vram"]:

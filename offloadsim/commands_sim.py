@@ -8,7 +8,7 @@ from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, check_count
 from offloadsim import limits
 from offloadsim.output import emit
-from offloadsim.outputs import atomic, check_distinct, check_output
+from offloadsim.outputs import check_distinct, check_output
 from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from planner.engines import unmeasured_notes
 from sim.analysis.attribution import stall_attribution
@@ -61,8 +61,8 @@ def _fmt(s: dict, plan: Plan, crit: dict, attrib: list[dict], machine: MachineSp
 
 def simulate_cmd(args: argparse.Namespace) -> int:
     inputs = (args.plan, args.model, args.machine)
-    gantt_out = check_output(args.gantt, "gantt", inputs, (".png", ".svg", ".pdf"))
-    trace_out = check_output(args.trace, "trace", inputs, (".json",))
+    gantt_out = check_output(args.gantt, "gantt", inputs, (".png", ".svg", ".pdf"), args.force)
+    trace_out = check_output(args.trace, "trace", inputs, (".json",), args.force)
     check_distinct({"gantt": gantt_out, "trace": trace_out})
     check_count(args.attribution, "attribution", 0, 256)
     machine = load_machine(args.machine)
@@ -92,12 +92,10 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     if gantt_out:
         from sim.analysis.plots import gantt
         last = max(0, w.new_tokens - 3)
-        with atomic(gantt_out) as tmp:
-            gantt(events, str(tmp), f"{model.name} on {machine.name}, {plan.policy}, tokens {last}-{w.new_tokens - 1}",
-                  tokens=(last, w.new_tokens - 1), critical=path)
+        gantt(events, str(gantt_out), f"{model.name} on {machine.name}, {plan.policy}, tokens {last}-{w.new_tokens - 1}",
+              tokens=(last, w.new_tokens - 1), critical=path)  # written atomically (hwmodels.files.atomic_path)
     if trace_out:
-        with atomic(trace_out) as tmp:
-            write_chrome_trace(events, str(tmp), f"{model.name} {plan.policy}")
+        write_chrome_trace(events, str(trace_out), f"{model.name} {plan.policy}")
     data = dict(res.summary, policy=plan.policy, model=model.name, machine=machine.name, critical_path_s=crit,
                 stall_attribution=attrib, notes=unmeasured_notes(plan.engine, machine))
     return emit(args, data, _fmt(res.summary, plan, crit, attrib, machine))

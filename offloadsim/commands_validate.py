@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 from pathlib import Path
 
@@ -11,11 +10,16 @@ from hwmodels.presets import load_machine
 from hwmodels.units import GiB, InputError, check_count, parse_bytes
 from offloadsim import limits
 from offloadsim.output import emit
+from hwmodels.files import json_text
 from offloadsim.outputs import atomic, check_output
 from sim.plan import Budgets, Plan, Workload
 
 MAX_CHECKPOINT_BYTES = 64 * GiB   # make-checkpoint writes random weights; beyond this it is no test checkpoint
 MAX_CALIBRATE_LAYER_BYTES = 2 * GiB
+CALIBRATE_MODEL = "llama-3.1-8b"
+# calibrate --quick without --model: Llama-3.1-8B's architecture at a size a CPU times in seconds
+QUICK_MODEL = {"num_hidden_layers": 2, "hidden_size": 512, "intermediate_size": 1536, "num_attention_heads": 8,
+               "num_key_value_heads": 2, "vocab_size": 8192, "_name_or_path": "llama-tiny (calibrate --quick)"}
 
 
 def need_torch(what: str) -> None:
@@ -82,15 +86,18 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     need_torch("calibrate")
     from sim.model.families import shape_from_config
     from sim.model.resolve import model_config
-    out = check_output(args.out, "out", (args.model,), (".json",))
+    model = args.model or CALIBRATE_MODEL
+    out = check_output(args.out, "out", (args.model,), (".json",), args.force)
     if not Path(args.dir).is_dir():
         raise InputError(f"dir: {args.dir!r} is not a folder; give a folder on the disk to measure.")
     load_machine(args.base)
-    cfg, source = model_config(args.model)  # a preset, a config.json, a checkpoint folder or a Hugging Face id
+    cfg, source = model_config(model)  # a preset, a config.json, a checkpoint folder or a Hugging Face id
+    if args.model is None and args.quick:
+        cfg.update(QUICK_MODEL)
     shape = shape_from_config(cfg, source=source)
     layer = max((u.nbytes for u in shape.units if u.kind in ("decoder", "attention")), default=0)
     if layer > MAX_CALIBRATE_LAYER_BYTES:
-        raise InputError(f"model: calibrate times one decoder layer and {args.model!r} has {layer / GiB:.1f} GiB "
+        raise InputError(f"model: calibrate times one decoder layer and {model!r} has {layer / GiB:.1f} GiB "
                          "layers; give a smaller model of the same family, like llama-3.1-8b.")
     from sim.engines import engine_of
     for name in args.peer:  # every name checked before anything is timed
@@ -100,7 +107,7 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     from validate.calibrate import calibrate
     prof = calibrate(args.base, Path(args.dir), cfg, quick=args.quick, peers=tuple(dict.fromkeys(args.peer)))
     with atomic(out) as tmp:
-        tmp.write_text(json.dumps(prof, indent=1, default=float))
+        tmp.write_text(json_text(prof))
     m = prof["machine"]
     return emit(args, prof, f"profile written to {args.out}: cold read {m['storage']['cold_read_bytes_per_s'] / 1e9:.2f} GB/s, "
                 f"page cache {m['storage']['cache_read_bytes_per_s'] / 1e9:.2f} GB/s, pinned copy "
@@ -138,7 +145,8 @@ def validate_cmd(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(f"out: {args.out!r} is a file; give a folder for the report.")
-    check_output(str(out / "report.json") if out.is_dir() else str(out), "out", (args.plan, args.checkpoint))
+    check_output(str(out / "report.json") if out.is_dir() else str(out), "out", (args.plan, args.checkpoint),
+                 force=args.force)
     device = _device(args.device)
     if args.store is not None and not args.store.strip():
         raise InputError("store: '' is not a folder name; give a folder for the layer store or leave --store out.")

@@ -12,7 +12,7 @@ from hwmodels.presets import load_machine
 from hwmodels.units import InputError, check_count
 from offloadsim import limits
 from offloadsim.output import emit
-from offloadsim.outputs import atomic, check_output
+from offloadsim.outputs import check_output
 from sim.model.formats import parse_format
 from sim.model.resolve import load_model
 
@@ -21,7 +21,7 @@ LOCAL_CLUSTER_MIN = 256  # combinations below which starting worker processes co
 
 
 def whatif_cmd(args: argparse.Namespace) -> int:
-    plot_out = check_output(args.plot, "plot", (args.model, args.machine), (".png", ".svg", ".pdf"))
+    plot_out = check_output(args.plot, "plot", (args.model, args.machine), (".png", ".svg", ".pdf"), args.force)
     if not args.vary:
         raise InputError("vary: nothing to vary; give at least one --vary KEY=V1,V2, e.g. --vary storage=nvme-gen4,nvme-gen5.")
     workers = limits.workers(args.workers)
@@ -54,8 +54,7 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     if results:
         data["results"] = str(results)
     if plot_out:
-        with atomic(plot_out) as tmp:
-            plot_whatif(data, str(tmp))
+        plot_whatif(data, str(plot_out))  # written atomically (hwmodels.files.atomic_path)
     return emit(args, data, "\n".join(_lines(data, list(sweep.vary), sweep.size)))
 
 

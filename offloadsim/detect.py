@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hwmodels.names import shown
 from hwmodels.presets import part_names
 from hwmodels.specs import MachineSpec
 from offloadsim.machine_flags import base_for_gpu, compose
@@ -65,6 +66,17 @@ def _gpu() -> tuple[dict | None, str]:
                 "pcie_lanes": int(lanes)}, "nvidia-smi"
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None, "nvidia-smi gave no GPU"
+
+
+def _gpu_read() -> tuple[dict | None, str]:
+    """_gpu with its name safe to print and its values plausible (a driver's 0 MiB or 0 lanes is not a reading)."""
+    gpu, how = _gpu()
+    if gpu is None:
+        return None, how
+    gpu["name"] = shown(gpu["name"])
+    if not 2**28 <= gpu["vram_bytes"] <= 2**50:
+        return None, f"{how} reports {gpu['vram_bytes']} bytes of VRAM for {gpu['name']}, no real GPU"
+    return gpu, how
 
 
 def gpu_preset_for(name: str) -> str | None:
@@ -121,7 +133,7 @@ def detect_machine(disk_folder: str = ".", base: str | None = None) -> tuple[Mac
     """This machine's profile and one line per source of its values; what is not measured comes from `base` (a
     preset or profile; default: the preset suited to the GPU found)."""
     ram, cores, how_ram = _ram_and_cores()
-    gpu, how_gpu = _gpu()
+    gpu, how_gpu = _gpu_read()
     notes, parts = [], {}
     preset = gpu_preset_for(gpu["name"]) if gpu else None
     if gpu and preset:
@@ -131,8 +143,11 @@ def detect_machine(disk_folder: str = ".", base: str | None = None) -> tuple[Mac
         notes.append(f"GPU: {gpu['name']} ({how_gpu}) matches no preset; compute and bandwidth kept from the base")
     else:
         notes.append(f"GPU: none found ({how_gpu}); the GPU is the base machine's preset, not this machine's")
-    if gpu:
-        parts["link"] = f"pcie{min(max(gpu['pcie_generation'], 3), 6)}x{gpu['pcie_lanes']}"
+    if gpu and gpu["pcie_lanes"] in (1, 2, 4, 8, 16) and 3 <= gpu["pcie_generation"] <= 6:
+        parts["link"] = f"pcie{gpu['pcie_generation']}x{gpu['pcie_lanes']}"
+    elif gpu:
+        notes.append(f"GPU: {how_gpu} reports PCIe generation {gpu['pcie_generation']} x{gpu['pcie_lanes']}, not a "
+                     "link that exists; the link is the base machine's preset")
     base = base or base_for_gpu(parts.get("gpu"))
     m = compose(base, parts, str(ram) if ram else None, base_named=False)
     src = dict(m.sources)

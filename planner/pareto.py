@@ -9,6 +9,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hwmodels.specs import MachineSpec
+from hwmodels.files import atomic_path
 from hwmodels.units import GiB
 from planner.core import PlanOptions, PlanReport, peer_plans, plan_request, plan_with_report
 from sim.costs.memory import min_vram_bytes
@@ -141,7 +142,8 @@ def plot(data: dict, path: str | Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{data['model']} on {data['machine']}", fontsize=10)
     fig.tight_layout()
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp{Path(path).suffix}")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)

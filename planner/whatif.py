@@ -7,6 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from tqdm import tqdm
 
+from hwmodels.files import atomic_path
 from hwmodels.presets import get_part
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, InputError, parse_bytes, parse_link
@@ -171,5 +172,8 @@ def plot(data: dict, path: str) -> None:
     ax.set_xlabel("speedup of the time per token over the base machine")
     ax.set_title(f"{data['model']} on {data['machine']}: single upgrades", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)

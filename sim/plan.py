@@ -18,6 +18,8 @@ from sim.costs.tiers import Tier
 from sim.costs.transfer import Codec
 from sim.model.shapes import ModelShape
 from hwmodels.files import load_json, write_atomic
+from hwmodels.names import Name
+from hwmodels.ranges import check_numbers
 
 PLAN_VERSION = 1
 OS_RESERVE_BYTES = 4 * GiB  # RAM the default budget leaves to the OS and other programs [E]
@@ -37,8 +39,8 @@ class Placement(Spec):
 
 class Plan(Spec):
     version: Literal[1] = Field(default=PLAN_VERSION, description="Plan format version.")
-    model: str = Field(description="Model name the plan was made for.")
-    machine: str = Field(description="Machine name the plan was made for.")
+    model: Name = Field(description="Model name the plan was made for.")
+    machine: Name = Field(description="Machine name the plan was made for.")
     policy: str = Field(default="custom", description="Who made the plan (a policy name or 'planner').")
     engine: str = Field(
         default="offloadsim", pattern=r"^[a-z][a-z0-9_]*$", description="The engine that executes the plan, by its "
@@ -86,6 +88,7 @@ class Plan(Spec):
             value = value if len(value) <= 60 else value[:57] + "..."
             raise InputError(f"plan: field {'.'.join(map(str, err['loc']))!r} = {value} in {str(path)!r}: "
                              f"{err['msg']}; fix the plan file.") from None
+        check_numbers(plan.model_dump(), f"plan: {str(path)!r}", "fix the plan file")
         if not plan.feasible:
             raise InputError(f"plan: field 'feasible' is false in {str(path)!r} ({plan.reason[:120]}); give a plan that "
                              "fits its budgets.")

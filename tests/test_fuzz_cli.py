@@ -302,9 +302,21 @@ def test_outputs_are_refused_before_any_work(inputs, argv, field):
 
 def test_infeasible_plan_exits_2_and_keeps_the_old_plan(inputs):
     before = inputs["plan"].read_bytes()
-    err = assert_refused(["plan", str(inputs["config"]), "--vram", "100KiB", "--out", str(inputs["plan"])], "budget",
-                         inputs["dir"])
+    err = assert_refused(["plan", str(inputs["config"]), "--vram", "100KiB", "--out", str(inputs["plan"]), "--force"],
+                         "budget", inputs["dir"])
     assert inputs["plan"].read_bytes() == before and "no plan fits" in err
+
+
+@pytest.mark.parametrize("cmd", [["plan", "{config}", "--out", "{plan}"], ["hw", "detect", "--out", "{plan}"],
+                                 ["pareto", "{config}", "--out", "{dir}/old.png"],
+                                 ["simulate", "{config}", "--new-tokens", "2", "--gantt", "{dir}/old.png"],
+                                 ["calibrate-peer", "{config}", "--bench", "{dir}/b.json", "--out", "{plan}"]])
+def test_an_existing_output_is_kept_without_force(inputs, cmd):
+    (inputs["dir"] / "old.png").write_bytes(b"an old figure")
+    (inputs["dir"] / "b.json").write_text("[]")
+    argv = [a.format(**{k: str(v) for k, v in inputs.items()}) for a in cmd]
+    err = assert_refused(argv, "--force", inputs["dir"])
+    assert "exists" in err
 
 
 @pytest.mark.parametrize("argv", [["make-checkpoint", "--preset", "qwen3-14b", "--out", "x"], ["calibrate"],

@@ -1134,14 +1134,14 @@ def test_calibrate_peer_cli_writes_a_profile_that_simulate_uses(tmp_path, capsys
     # JSON lines (llama-bench -o jsonl) read alike, a byte-order mark and blank space before either allowed; a
     # record without its time is refused in one sentence
     bench.write_bytes(b"\xef\xbb\xbf \n" + json.dumps(recs).encode())
-    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json"]) == 0
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json", "--force"]) == 0
     assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(0.8, rel=1e-3)
     bench.write_text("\n" + "\n".join(json.dumps(r) for r in recs))
-    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json"]) == 0
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--json", "--force"]) == 0
     assert json.loads(capsys.readouterr().out)["host_cpu_scale"] == pytest.approx(0.8, rel=1e-3)
     bench.write_text(json.dumps([{k: v for k, v in recs[0].items() if k != "avg_ns"}]))
     before = out.read_text()
-    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out)]) == 2
+    assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--out", str(out), "--force"]) == 2
     err = capsys.readouterr().err
     assert "record 0" in err and "'avg_ns'" in err and "Traceback" not in err and out.read_text() == before
 
@@ -1265,13 +1265,18 @@ def test_llamacpp_prefill_pays_the_pinned_split_cost_for_pinned_weights_only():
     ("[{\"n_prompt\": 0, \"n_gen\": -4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6}]", "record 0 .*'n_gen'"),
     ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 0}]", "record 0 .*'avg_ns'"),
     ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"samples_ns\": [\"x\"]}]",
-     "samples_ns that are not positive finite times"),
+     "'samples_ns' .*finite times"),
     ("[{\"n_prompt\": 0, \"n_gen\": true, \"n_gpu_layers\": 0, \"avg_ns\": 1e6}]", "'n_gen'"),
     ("{\"a\": 1}\n{oops", "neither a JSON array nor JSON lines"),
     ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 99, \"avg_ns\": 1e6}]", "says nothing of this host's CPU"),
     ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": NaN}]", "'avg_ns' .*finite"),
     ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"samples_ns\": [Infinity]}]",
-     "samples_ns .*finite"),
+     "samples_ns.*finite"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"n_cpu_moe\": 100000000000}]",
+     "'n_cpu_moe'.*from 0 to 10000"),  # refused before any layout is allocated
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e308}]", "'avg_ns'.*1e\\+15 ns"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"flash_attn\": [1]}]", "'flash_attn'"),
+    ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"n_threads\": [8]}]", "'n_threads'"),
     ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"n_cpu_moe\": \"3\"}]", "'n_cpu_moe'"),
     ("[{\"n_prompt\": 0, \"n_gen\": 4, \"n_gpu_layers\": 0, \"avg_ns\": 1e6, \"args\": 7}]", "'args'"),
     ("[{\"n_prompt\": 0, \"n_gen\": 0, \"n_gpu_layers\": 0, \"avg_ns\": 1e6}]", "timed nothing"),

@@ -2,7 +2,6 @@
 measured per token and per stage, with an overlaid Gantt chart, both Chrome traces and the exactness verdict."""
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import torch
 from hwmodels.specs import MachineSpec
 from sim.run.events import Event, write_chrome_trace
 from sim.costs.memory import memory_use
-from hwmodels.files import write_atomic
+from hwmodels.files import atomic_path, json_text, write_atomic
 from sim.plan import Budgets, Plan, Workload
 from sim.engines.placements import POLICIES
 from sim.run.simulate import simulate
@@ -75,10 +74,11 @@ def overlay_gantt(pred: list[Event], meas: list[Event], path: Path, title: str) 
     axes[1].set_xlabel("time (s)")
     axes[0].set_title(title, fontsize=9)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def validate_plan(engine: Engine, shape: ModelShape, machine: MachineSpec, plan: Plan, w: Workload, budgets: Budgets,
@@ -117,7 +117,7 @@ def validate_plan(engine: Engine, shape: ModelShape, machine: MachineSpec, plan:
 
 def write_report(out: Path, rep: dict, run: RunResult, pred_events: list[Event], name: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / f"{name}.json", json.dumps(rep, indent=1, default=float))
+    write_atomic(out / f"{name}.json", json_text(rep))
     write_chrome_trace(pred_events, out / f"{name}.predicted.trace.json", "predicted")
     write_chrome_trace(run.events, out / f"{name}.measured.trace.json", "measured")
     overlay_gantt(pred_events, run.events, out / f"{name}.gantt.png",

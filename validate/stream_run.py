@@ -73,6 +73,7 @@ class StreamRun(StageThreads):
         for b in e.vram_slots:
             self.vram_pool.put((b, None))
         self.errors: list[BaseException] = []
+        self.scratch: torch.Tensor | None = None  # the host copy of a peer's load (StageThreads.host_copy)
         self.sync_each = (p.prefetch_depth == 0 or not p.overlap_copy) and any(x == GPU_LOAD for x in self.load)
         self.pool = ThreadPoolExecutor(e.unpack_threads)
         # logits leave the device asynchronously into pinned memory: no host wait inside the timed run

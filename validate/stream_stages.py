@@ -92,6 +92,9 @@ class StageThreads:
             if self.stopping():
                 return
             name = self.names[self.units[i]]
+            if not TIER_ROWS[e.tiers[name].tier].compressed:  # a peer's host work on a load: a pinned copy
+                self.host_copy(i, name)
+                continue
             src = self.staging[i]
             dest, packed, zbuf = (src if isinstance(src, tuple) else (src, e.packed[name], None))
             if dest is None:
@@ -103,6 +106,20 @@ class StageThreads:
             self.records.append((i, "unpack", "unpack", t0, clock.now(), e.meta[name]["nbytes"], ""))
             self.staging[i] = dest
             self.unpacked[i].set()
+
+    def host_copy(self, i: int, name: str) -> None:
+        """The unpack stage of an uncompressed unit: the host copy a peer engine makes of every load (AirLLM's and
+        Accelerate's pin_memory(), sim.engines.hosted: its memcpy speed), into a reused buffer; the unit's bytes
+        stay where the reader left them."""
+        e, clock = self.e, self.clock
+        src = self.staging[i] if self.staging[i] is not None else e.host[name]
+        nbytes = e.meta[name]["nbytes"]
+        if self.scratch is None or self.scratch.numel() < nbytes:
+            self.scratch = e._host_buffer(nbytes, True)
+        t0 = clock.now()
+        self.scratch[:nbytes].copy_(src[:nbytes])
+        self.records.append((i, "unpack", "unpack", t0, clock.now(), nbytes, ""))
+        self.unpacked[i].set()
 
     def copier(self) -> None:
         e, clock = self.e, self.clock

@@ -91,7 +91,7 @@ def critical_path(events: list[Event], prefetch_depth: int, pipeline=None) -> li
     ends: dict[float, list[int]] = defaultdict(list)
     for n in g:
         ends[g.nodes[n]["event"].end_s].append(n)
-    path = [node]
+    path, seen = [node], {node}
     while True:
         e = g.nodes[node]["event"]
         if e.start_s <= EPS:
@@ -103,10 +103,11 @@ def critical_path(events: list[Event], prefetch_depth: int, pipeline=None) -> li
             if abs(t - e.start_s) <= EPS * max(1.0, e.start_s) and (best is None or pe.end_s > g.nodes[best]["event"].end_s):
                 best = p
         if best is None:  # a slot or buffer released by whatever ended right then
-            best = next((n for n in ends.get(e.start_s, []) if n != node), None)
-        if best is None:
+            best = next((n for n in ends.get(e.start_s, []) if n not in seen), None)
+        if best is None or best in seen:  # each event once: zero-length events ending together never loop
             break
         node = best
+        seen.add(node)
         path.append(node)
     return [g.nodes[n]["event"] for n in reversed(path)]
 

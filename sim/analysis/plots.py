@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hwmodels.files import atomic_path
 from sim.run.events import Event
 
 LANE_ORDER = ["storage", "unpack", "copy", "gpu", "cpu", "gpu_wait", "cpu_wait"]
@@ -42,7 +43,8 @@ def gantt(events: list[Event], path: str | Path, title: str = "", tokens: tuple[
     ax.set_title(title + ("  (black ticks: critical path)" if critical else ""), fontsize=9)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp{Path(path).suffix}")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)

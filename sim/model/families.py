@@ -79,6 +79,9 @@ def _gqa_attention(c: _Cfg, h: int, qkv_bias: bool, qk_norm: bool) -> tuple[int,
     n_kv = c.int("num_key_value_heads", n_h)
     if n_kv > n_h or n_h % n_kv:
         raise InputError(f"{c.source}: field 'num_key_value_heads' is {n_kv}; it must divide num_attention_heads ({n_h}).")
+    if c.get("head_dim") is None and h % n_h:  # transformers' own rule: hidden_size splits into the heads
+        raise InputError(f"{c.source}: field 'num_attention_heads' is {n_h}, which does not divide hidden_size ({h}); "
+                         "give heads that divide it, or head_dim.")
     d = c.int("head_dim") if c.get("head_dim") is not None else h // n_h
     if d < 1:
         raise InputError(f"{c.source}: field 'num_attention_heads' is {n_h}, more than hidden_size ({h}); give "
@@ -88,10 +91,19 @@ def _gqa_attention(c: _Cfg, h: int, qkv_bias: bool, qk_norm: bool) -> tuple[int,
     return matrix, small, 4 * n_h * d, 2 * n_kv * d * KV_BYTES
 
 
+# fields that change a dense model's weights which its table does not model: refused when set, never dropped
+DENSE_UNREAD = ("mlp_bias", "num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
+
+
 @register("llama", "mistral", "qwen2", "qwen3")
 def _dense(cfg: dict, fmt: WeightFormat, source: str) -> ModelShape:
     c = _Cfg(cfg, source)
     t = cfg["model_type"]
+    for key in DENSE_UNREAD:
+        if cfg.get(key):
+            raise InputError(f"{source}: field {key!r} = {str(cfg[key])[:40]!r} changes the weights of a {t} model, "
+                             f"which offloadsim's {t} table does not model; remove it, or give the model_type it "
+                             "belongs to (an MoE family such as qwen3_moe or mixtral).")
     h, n_layers, inter, vocab = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("intermediate_size"), c.int("vocab_size")
     a_mat, a_small, a_flops, kv = _gqa_attention(c, h, qkv_bias=(t == "qwen2") or bool(cfg.get("attention_bias")),
                                                  qk_norm=(t == "qwen3"))

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
+from hwmodels.names import Name
 from sim.model.formats import SMALL_PARAM_BYTES, WeightFormat
 
 UnitKind = Literal["embedding", "decoder", "attention", "mlp", "expert", "shared-expert", "norm", "lm_head"]
@@ -143,7 +144,7 @@ class UnitShape(BaseModel):
 
 class ModelShape(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    name: str
+    name: Name = Field(description="The model's name (config.json's _name_or_path, GGUF general.name, a preset's).")
     family: str = Field(description="config.json model_type.")
     weight_format: WeightFormat
     n_blocks: int

@@ -1,10 +1,9 @@
 """Frozen event records: one per stage of one unit at one token; the common schema of simulator and engine."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from hwmodels.files import write_atomic
+from hwmodels.files import json_text, write_atomic
 
 LANES = {"storage": 0, "unpack": 1, "copy": 2, "gpu": 3, "cpu": 4, "gpu_wait": 5, "cpu_wait": 6}
 
@@ -38,4 +37,4 @@ def chrome_trace(events: list[Event], process: str = "offloadsim") -> dict:
 
 
 def write_chrome_trace(events: list[Event], path: str | Path, process: str = "offloadsim") -> None:
-    write_atomic(Path(path), json.dumps(chrome_trace(events, process)))
+    write_atomic(Path(path), json_text(chrome_trace(events, process), indent=None))

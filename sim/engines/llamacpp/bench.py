@@ -14,10 +14,7 @@ error over the generation tests given. No torch.
 """
 from __future__ import annotations
 
-import json
-import math
 import statistics
-from pathlib import Path
 
 from hwmodels.specs import MachineSpec
 from sim.engines import costs_of
@@ -31,8 +28,6 @@ from sim.engines.measured import PeerRun, floor_pct, predict, with_peer
 from hwmodels.presets import load_machine
 
 UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")  # llama-model-loader.cpp: only auto, mmap and mmap+mlock map the file
-MAX_BENCH_BYTES = 64 * 2**20
-MAX_RECORDS = 10_000
 
 
 def bench_budgets(machine: MachineSpec, mapped: bool = True) -> Budgets:
@@ -82,59 +77,6 @@ def run_of(rec: dict, shape: ModelShape, machine: MachineSpec, plan: Plan | None
     # its warm-up run and the repetition before left the decode graph captured (the median repetition replays it)
     return PeerRun(label, plan, w, b, t / rec["n_gen"] if gen else float("nan"), float("nan") if gen else t,
                    graphs_warm=True, peer_update={"flash_attn": flash_attn_of(rec)})
-
-
-def _parse(path: Path, fix: str) -> object:
-    """The file as JSON (an array) or JSON lines (one object a line), a UTF-8 byte-order mark and leading blank space
-    allowed; one sentence otherwise."""
-    try:
-        if not path.is_file():
-            raise InputError(f"bench: {str(path)!r} is not a regular file; {fix}.")
-        if path.stat().st_size > MAX_BENCH_BYTES:
-            raise InputError(f"bench: {str(path)!r} is larger than any llama-bench output ({MAX_BENCH_BYTES >> 20} "
-                             f"MiB); {fix}.")
-        text = path.read_bytes().decode("utf-8-sig").lstrip()
-        if text.startswith("{"):  # -o jsonl
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        return json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise InputError(f"bench: {str(path)!r} is neither a JSON array nor JSON lines; {fix}.") from None
-    except OSError as exc:
-        raise InputError(f"bench: {str(path)!r} cannot be read ({exc.strerror}); check the path.") from None
-
-
-def _number(x, lowest: float) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= lowest
-
-
-def read_records(path: Path) -> list[dict]:
-    """llama-bench's records from its `-o json` (an array) or `-o jsonl` (one object a line) output, each checked
-    for the fields a run needs (finite, in range); one sentence naming the file, the record and the fix otherwise."""
-    fix = "give the output of llama-bench -o json"
-    data = _parse(path, fix)
-    if not isinstance(data, list) or not data or len(data) > MAX_RECORDS:
-        raise InputError(f"bench: {str(path)!r} holds no list of llama-bench records (1 to {MAX_RECORDS}); {fix}.")
-    ints = {"n_prompt": 0, "n_gen": 0, "n_gpu_layers": -1, "n_cpu_moe": 0, "n_depth": 0}  # the least each may be
-    for i, rec in enumerate(data):
-        where = f"bench: record {i} of {str(path)!r}"
-        if not isinstance(rec, dict):
-            raise InputError(f"{where} is not an object; {fix}.")
-        for k, least in ints.items():
-            if (k in ("n_prompt", "n_gen", "n_gpu_layers") or rec.get(k) is not None) and \
-                    not (isinstance(rec.get(k), int) and _number(rec.get(k), least)):
-                raise InputError(f"{where} has no valid {k!r} (an integer from {least}); {fix}.")
-        if not _number(rec.get("avg_ns"), 0) or rec["avg_ns"] == 0:
-            raise InputError(f"{where} has no valid 'avg_ns' (a positive finite time); {fix}.")
-        if rec["n_gen"] == 0 and rec["n_prompt"] == 0:
-            raise InputError(f"{where} timed nothing (n_prompt and n_gen 0); {fix}.")
-        samples = rec.get("samples_ns")
-        if samples is not None and (not isinstance(samples, list) or not samples
-                                    or not all(_number(x, 0) and x > 0 for x in samples)):
-            raise InputError(f"{where} has samples_ns that are not positive finite times; {fix}.")
-        args = rec.get("args")
-        if args is not None and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
-            raise InputError(f"{where} has 'args' that are not a list of strings; {fix}.")
-    return data
 
 
 def _base_spec(machine: MachineSpec) -> tuple[LlamacppCosts, str]:
