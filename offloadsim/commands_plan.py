@@ -62,18 +62,22 @@ def _times(x: float) -> str:
     return f"{x:.3g}x"
 
 
-def _engine_rows(engines: dict, chosen: str) -> dict[str, dict]:
-    """{engine: {time_per_token_s, ttft_s, speedup} | {error}}; speedup: the chosen engine's time per token over this
-    engine's (above 1: switching to it is faster)."""
-    base = engines[chosen].time_per_token_s
+OBJECTIVE_KEY = {"request": "request_s", "total": "total_s", "token": "time_per_token_s"}
+
+
+def _engine_rows(engines: dict, chosen: str, objective: str) -> dict[str, dict]:
+    """{engine: {time_per_token_s, ttft_s, request_s, speedup} | {error}}; speedup: the chosen engine's objective over
+    this engine's (above 1: switching to it is faster)."""
+    key = OBJECTIVE_KEY[objective]
+    base = engines[chosen].summary.get(key)
     rows = {}
     for name, e in engines.items():
         if e.plan is None:
             rows[name] = {"error": e.reason}
             continue
-        t = e.time_per_token_s
-        rows[name] = {"time_per_token_s": t, "ttft_s": e.summary.get("ttft_s"),
-                      "speedup": base / t if base and t else None}
+        t = e.summary.get(key)
+        rows[name] = {"time_per_token_s": e.time_per_token_s, "ttft_s": e.summary.get("ttft_s"),
+                      "request_s": e.summary.get("request_s"), "speedup": base / t if base and t else None}
     return rows
 
 
@@ -83,7 +87,7 @@ def _engine_lines(rows: dict[str, dict], chosen: str) -> list[str]:
         if "error" in r:
             lines.append(f"  {name:<11} cannot run: {r['error']}")
             continue
-        head = f"  {name:<11} {r['time_per_token_s']:.4f} s per token"
+        head = f"  {name:<11} request {r['request_s']:8.3f} s, {r['time_per_token_s']:.4f} s per token"
         if name == chosen:
             lines.append(f"{head}  (chosen)")
         elif r["speedup"] is None:
@@ -125,22 +129,23 @@ def plan_cmd(args: argparse.Namespace) -> int:
     planner_kw = {"objective": args.objective, "time_budget_s": args.time_budget, "progress": True}
     if not engine_of(engine).plans_itself:
         return _engine_plan_cmd(args, engine, out, model, machine, w, budgets, planner_kw)
-    from planner import plan_with_report
-    from planner.engines import compare_engines, peer_engine_plans, peer_seeds
+    from planner.engines import compare_engines, plan_answer
     from planner.export import export_plan
-    peers = peer_engine_plans(model, machine, w, budgets, args.objective)  # the planner: never worse than any of them
-    rep = plan_with_report(model, machine, w, budgets, objective=args.objective, time_budget_s=args.time_budget,
-                           progress=True, seeds=peer_seeds(peers))
+    from sim.plan import Request
+    rep, peers = plan_answer(Request(model, machine, w, budgets), args.objective, time_budget_s=args.time_budget,
+                             progress=True)
     plan = rep.plan
     if out and plan.feasible:  # an infeasible plan never replaces a file
         plan.save(out)
     s = rep.summary
     data = {"feasible": plan.feasible, "reason": plan.reason, "model": model.name, "machine": machine.name,
             "time_per_token_s": s.get("time_per_token_s"), "ttft_s": s.get("ttft_s"), "total_s": s.get("total_s"),
+            "load_s": s.get("load_s"), "request_s": s.get("request_s"), "objective": args.objective,
             "lower_bound_total_s": rep.lower_bound_s, "gap_to_lower_bound": rep.gap, "planning_s": rep.seconds,
             "converged": rep.converged, "stopped": rep.stopped, "evaluations": rep.evaluations,
             "chosen_from": rep.chosen_from,
             "baselines": {k: v.get("time_per_token_s") for k, v in rep.baselines.items()},
+            "baselines_request_s": {k: v.get("request_s") for k, v in rep.baselines.items()},
             "baseline_errors": {k: v["error"] for k, v in rep.baselines.items() if "error" in v},
             "prefetch_depth": plan.prefetch_depth, "vram_slots": plan.vram_slots, "pinned_slots": plan.pinned_slots}
     attrib = {}
@@ -155,17 +160,20 @@ def plan_cmd(args: argparse.Namespace) -> int:
         return fail(f"budget: no plan fits: {plan.reason}")
     from planner.engines import EnginePlan
     known = {**peers, engine: EnginePlan(engine, plan, s)}
-    engines = _engine_rows(compare_engines(model, machine, w, budgets, known, **planner_kw), engine)
+    engines = _engine_rows(compare_engines(model, machine, w, budgets, known, **planner_kw), engine, args.objective)
     data.update(engine=engine, engines=engines, notes=[])
     lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
              f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
-             f"planner: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s "
-             f"(prefetch {plan.prefetch_depth}, {plan.vram_slots} VRAM slots, {plan.pinned_slots} pinned slots)",
+             f"planner: request {s['request_s']:.3f} s (load {s['load_s']:.3f} s + first token {s['ttft_s']:.3f} s + "
+             f"{w.new_tokens - 1} more tokens); {s['time_per_token_s']:.4f} s per token "
+             f"(prefetch {plan.prefetch_depth}, {plan.vram_slots} VRAM slots, {plan.pinned_slots} pinned slots; "
+             f"minimising {args.objective})",
              f"lower bound on the request {rep.lower_bound_s:.3f} s vs simulated {s['total_s']:.3f} s (gap {rep.gap:.1%}); "
              f"planned in {rep.seconds:.2f} s; search {'converged' if rep.converged else 'NOT converged'} "
              f"(stopped: {rep.stopped}) after {rep.evaluations} plans scored; chosen from {rep.chosen_from}"]
     for name, v in rep.baselines.items():
-        lines.append(f"  {name:<11} " + (f"{v['time_per_token_s']:.4f} s per token  ({v['time_per_token_s'] / s['time_per_token_s']:.2f}x the planner)"
+        lines.append(f"  {name:<11} " + (f"request {v['request_s']:8.3f} s, {v['time_per_token_s']:.4f} s per token  "
+                                         f"({v['request_s'] / s['request_s']:.2f}x the planner)"
                                          if "time_per_token_s" in v else f"cannot run: {v['error']}"))
     lines += _engine_lines(engines, engine)
     return emit(args, data, "\n".join(lines + _tail_lines(args, data)))
@@ -202,22 +210,25 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
     if out:
         plan.save(out)
     s = chosen.summary
-    engines = _engine_rows(compare_engines(model, machine, w, budgets, {engine: chosen}, **planner_kw), engine)
+    engines = _engine_rows(compare_engines(model, machine, w, budgets, {engine: chosen}, **planner_kw), engine,
+                           args.objective)
     attrib = {}
     if args.explain and len(model.units) < 2000:
         attrib = {a["unit"]: a["gain_s"] for a in stall_attribution(model, machine, plan, w, budgets, limit=len(model.units))}
     placement = _placement_summary(model, plan)
     data = {"feasible": True, "reason": "", "engine": engine, "policy": plan.policy, "model": model.name,
             "machine": machine.name, "time_per_token_s": s.get("time_per_token_s"), "ttft_s": s.get("ttft_s"),
-            "total_s": s.get("total_s"), "placement": placement, "engines": engines, "notes": list(chosen.notes),
+            "total_s": s.get("total_s"), "load_s": s.get("load_s"), "request_s": s.get("request_s"),
+            "placement": placement, "engines": engines, "notes": list(chosen.notes),
             "prefetch_depth": plan.prefetch_depth, "vram_slots": plan.vram_slots, "pinned_slots": plan.pinned_slots,
             "layers": _placement_rows(model, plan, attrib)}
     if args.export:
         data["export"] = export_plan(args.export, model, plan, w, machine, budgets)
     lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
              f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
-             f"{engine}: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s, request "
-             f"{s['total_s']:.3f} s (plan {plan.policy}, the fastest it can run here)",
+             f"{engine}: request {s['request_s']:.3f} s (load {s['load_s']:.3f} s + first token {s['ttft_s']:.3f} s + "
+             f"{w.new_tokens - 1} more tokens); {s['time_per_token_s']:.4f} s per token (plan {plan.policy}, the "
+             f"fastest it can run here)",
              "placement: " + "; ".join(f"{g['units']} units in {g['tier']} computed on the {g['compute'].upper()} "
                                        f"({g['nbytes'] / GiB:.2f} GiB)" for g in placement)]
     lines += [f"note: {n}" for n in chosen.notes]
@@ -269,17 +280,18 @@ def whatif_cmd(args: argparse.Namespace) -> int:
         with atomic(plot_out) as tmp:
             plot_whatif(data, str(tmp))
     keys = list(vary)
-    lines = [" ".join(f"{k:>12}" for k in keys) + f" {'TTFT s':>9} {'s/token':>9} {'tok/s':>8}  critical"]
-    for r in sorted(data["rows"], key=lambda r: r.get("time_per_token_s", float("inf")))[:40]:
+    lines = [" ".join(f"{k:>12}" for k in keys) + f" {'request s':>10} {'TTFT s':>9} {'s/token':>9} {'tok/s':>8}  critical"]
+    for r in sorted(data["rows"], key=lambda r: r.get("request_s", float("inf")))[:40]:
         if r["feasible"]:
-            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f" {r['ttft_s']:9.3f} {r['time_per_token_s']:9.4f} "
-                         f"{r['tokens_per_s']:8.2f}  {r['bottleneck']} ({r['policy']})")
+            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f" {r['request_s']:10.3f} {r['ttft_s']:9.3f} "
+                         f"{r['time_per_token_s']:9.4f} {r['tokens_per_s']:8.2f}  {r['bottleneck']} ({r['policy']})")
         else:
             lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + "  infeasible")
     if len(data["rows"]) > 40:
         lines.append(f"... {len(data['rows']) - 40} more (--json for all)")
     lines.append("single upgrades from " + ", ".join(f"{k}={v}" for k, v in data["base"].items()) + ":")
-    lines += [f"  {u['change']:<24} {u['speedup']:6.2f}x  ({u['time_per_token_s']:.4f} s/token)" for u in data["upgrades"]]
+    lines += [f"  {u['change']:<24} {u['speedup']:6.2f}x  (request {u['request_s']:.3f} s, {u['time_per_token_s']:.4f} "
+              "s/token)" for u in data["upgrades"]]
     return emit(args, data, "\n".join(lines))
 
 

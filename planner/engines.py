@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hwmodels.specs import MachineSpec
+from sim.costs.load import load_time_s
 from sim.costs.memory import PlanError
 from sim.engines import costs_of, engine_of, engines, own_engine
 from sim.model.shapes import ModelShape
-from sim.plan import Budgets, Plan, Workload
+from sim.plan import Budgets, Plan, Request, Workload
 from sim.run.simulate import fast_simulate
-from planner.core import plan_with_report
+from planner.core import PlanOptions, PlanReport, plan_request, plan_with_report
 
 
 def engine_list() -> tuple[str, ...]:
@@ -40,7 +41,11 @@ class EnginePlan:
 
 
 def _simulate(model, machine, plan, w, budgets) -> dict:
-    return fast_simulate(model, machine, plan, w, budgets)
+    """fast_simulate's summary with the load before the first token (`load_s`) and the request with it (`request_s`)."""
+    s = fast_simulate(model, machine, plan, w, budgets)
+    s["load_s"] = load_time_s(model, machine, plan, w.warm)["total_s"]
+    s["request_s"] = s["load_s"] + s["total_s"]
+    return s
 
 
 def _core() -> str:
@@ -58,7 +63,7 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
             return EnginePlan(engine, None, reason=rep.plan.reason)
         return EnginePlan(engine, rep.plan, _simulate(model, machine, rep.plan, w, budgets))
     try:
-        plan = e.best_plan(model, machine, w, budgets, planner_kw.get("objective", "token"))
+        plan = e.best_plan(model, machine, w, budgets, planner_kw.get("objective", "request"))
     except PlanError as exc:
         return EnginePlan(engine, None, reason=str(exc))
     notes = unmeasured_notes(engine, machine) + e.plan_notes(model, machine, plan, costs_of(machine, engine))
@@ -87,7 +92,7 @@ def peer_seeds(peers: dict[str, EnginePlan]) -> dict[str, Plan]:
             for e, r in peers.items() if r.plan is not None}
 
 
-def peer_engine_plans(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, objective: str = "token",
+def peer_engine_plans(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, objective: str = "request",
                       known: dict[str, EnginePlan] | None = None) -> dict[str, EnginePlan]:
     """Every peer engine's best plan for the objective, reusing those in `known`."""
     known = known or {}
@@ -101,6 +106,16 @@ def compare_engines(model: ModelShape, machine: MachineSpec, w: Workload, budget
     than a peer's placement."""
     known = known or {}
     core = _core()
-    peers = peer_engine_plans(model, machine, w, budgets, planner_kw.get("objective", "token"), known)
+    peers = peer_engine_plans(model, machine, w, budgets, planner_kw.get("objective", "request"), known)
     ours = known.get(core) or plan_for_engine(core, model, machine, w, budgets, seeds=peer_seeds(peers), **planner_kw)
     return {core: ours, **peers}
+
+
+def plan_answer(req: Request, objective: str = "request", floors: dict[str, Plan] | None = None,
+                **kw) -> tuple[PlanReport, dict[str, EnginePlan]]:
+    """The one planner behind `plan`, `pareto` and `whatif`: every peer engine's best plan, then offloadsim's plan
+    seeded with their placements (never worse than any), judged beside `floors` (a sweep's plans for smaller
+    budgets or slower parts). The same request gives the same answer in all three. Keywords: PlanOptions'."""
+    peers = peer_engine_plans(req.model, req.machine, req.workload, req.budgets, objective)
+    opts = PlanOptions(objective=objective, seeds=peer_seeds(peers), floors=floors or {}, **kw)
+    return plan_request(req, opts), peers
