@@ -77,17 +77,20 @@ def _engine_rows(engines: dict, chosen: str, objective: str) -> dict[str, dict]:
             continue
         t = e.summary.get(key)
         rows[name] = {"time_per_token_s": e.time_per_token_s, "ttft_s": e.summary.get("ttft_s"),
-                      "request_s": e.summary.get("request_s"), "speedup": base / t if base and t else None}
+                      "request_s": e.summary.get("request_s"), "total_s": e.summary.get("total_s"),
+                      "lower_bound_total_s": e.bound_s, "speedup": base / t if base and t else None}
     return rows
 
 
 def _engine_lines(rows: dict[str, dict], chosen: str) -> list[str]:
-    lines = ["engines, each with the best placement it can run at these budgets (plan --engine NAME):"]
+    lines = ["engines, each with the best placement it can run at these budgets (plan --engine NAME) and a lower bound "
+             "on the run of any plan that engine can run:"]
     for name, r in rows.items():
         if "error" in r:
             lines.append(f"  {name:<11} cannot run: {r['error']}")
             continue
-        head = f"  {name:<11} request {r['request_s']:8.3f} s, {r['time_per_token_s']:.4f} s per token"
+        head = (f"  {name:<11} request {r['request_s']:8.3f} s, {r['time_per_token_s']:.4f} s per token, run "
+                f"{r['total_s']:.3f} s >= its bound {r['lower_bound_total_s']:.3f} s")
         if name == chosen:
             lines.append(f"{head}  (chosen)")
         elif r["speedup"] is None:
@@ -159,7 +162,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
             emit(args, data, "")
         return fail(f"budget: no plan fits: {plan.reason}")
     from planner.engines import EnginePlan
-    known = {**peers, engine: EnginePlan(engine, plan, s)}
+    known = {**peers, engine: EnginePlan(engine, plan, s, bound_s=rep.lower_bound_s)}
     engines = _engine_rows(compare_engines(model, machine, w, budgets, known, **planner_kw), engine, args.objective)
     data.update(engine=engine, engines=engines, notes=[])
     lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
@@ -168,7 +171,8 @@ def plan_cmd(args: argparse.Namespace) -> int:
              f"{w.new_tokens - 1} more tokens); {s['time_per_token_s']:.4f} s per token "
              f"(prefetch {plan.prefetch_depth}, {plan.vram_slots} VRAM slots, {plan.pinned_slots} pinned slots; "
              f"minimising {args.objective})",
-             f"lower bound on the request {rep.lower_bound_s:.3f} s vs simulated {s['total_s']:.3f} s (gap {rep.gap:.1%}); "
+             f"lower bound on the request's run by offloadsim's engine {rep.lower_bound_s:.3f} s vs simulated "
+             f"{s['total_s']:.3f} s (gap {rep.gap:.1%}); "
              f"planned in {rep.seconds:.2f} s; search {'converged' if rep.converged else 'NOT converged'} "
              f"(stopped: {rep.stopped}) after {rep.evaluations} plans scored; chosen from {rep.chosen_from}"]
     for name, v in rep.baselines.items():

@@ -16,6 +16,7 @@ from sim.engines import costs_of, engine_of, engines, own_engine
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Request, Workload
 from sim.run.simulate import fast_simulate
+from planner.engine_bound import engine_bound_s
 from planner.core import PlanOptions, PlanReport, plan_request, plan_with_report
 
 
@@ -34,6 +35,7 @@ class EnginePlan:
     summary: dict = field(default_factory=dict)
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    bound_s: float = float("nan")   # a lower bound on the request's run for every plan this engine can run here
 
     @property
     def time_per_token_s(self) -> float | None:
@@ -61,13 +63,14 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
         rep = plan_with_report(model, machine, w, budgets, confirm=False, seeds=seeds, **planner_kw)
         if not rep.plan.feasible:
             return EnginePlan(engine, None, reason=rep.plan.reason)
-        return EnginePlan(engine, rep.plan, _simulate(model, machine, rep.plan, w, budgets))
+        return EnginePlan(engine, rep.plan, _simulate(model, machine, rep.plan, w, budgets), bound_s=rep.lower_bound_s)
     try:
         plan = e.best_plan(model, machine, w, budgets, planner_kw.get("objective", "request"))
     except PlanError as exc:
         return EnginePlan(engine, None, reason=str(exc))
     notes = unmeasured_notes(engine, machine) + e.plan_notes(model, machine, plan, costs_of(machine, engine))
-    return EnginePlan(engine, plan, _simulate(model, machine, plan, w, budgets), notes=notes)
+    bound = engine_bound_s(model, machine, w, plan, budgets.vram_bytes if e.computes_rest_on_cpu else None)
+    return EnginePlan(engine, plan, _simulate(model, machine, plan, w, budgets), notes=notes, bound_s=bound)
 
 
 def unmeasured_notes(engine: str, machine: MachineSpec) -> list[str]:

@@ -31,7 +31,8 @@ FUTILE_KICKS = 2          # ... ending after this many in a row that improve not
 EXPLORE_ITEMS = 5_000_000  # a descent (from a further start, or after a kick) begins only while the plans scored so
                            # far times the schedule's items are below this; every descent begun runs to its end
 IMPROVES = 1 - 1e-9       # a move must improve by more than this relative amount
-SWAP_ALL = 24             # models of this many units or fewer try every swap of two units' options
+SWAP_ALL = 24             # models of this many units or fewer try every swap of two units' options, and every
+                          # move and swap with every loader setting
 
 
 @functools.lru_cache(maxsize=256)
@@ -181,16 +182,17 @@ class Search:
         if self.no_better(trial, s, t):
             return None
         t2, s2 = self.score(trial, s, akey), s
-        if t2 == float("inf"):  # over budget with these settings: maybe with fewer staging slots
-            s2, t2 = self.best_settings(trial)
+        if t2 == float("inf") or (t2 >= t * IMPROVES and len(assign) <= SWAP_ALL):
+            s2, t2 = self.best_settings(trial)  # over budget with these settings, or a small model: every setting
         return (trial, s2, t2) if t2 < t * IMPROVES else None
 
     def no_better(self, assign: np.ndarray, s: Settings, t: float) -> bool:
-        """The floor proves every loader setting of `assign` with `s`'s offload threshold no better than `t` (the
-        total's objectives only; the load counted with the fewest pinned slots, the least it can be)."""
+        """The floor proves every loader setting of `assign` that `_try` scores no better than `t` (the total's
+        objectives only; the load counted with the fewest pinned slots, the least it can be)."""
         if self.floor is None or self.objective == "token":
             return False
-        lb = self.floor.total_s(assign, s[3])
+        offloads = {s[3], None, OFFLOAD_MIN_TOKENS} if len(assign) <= SWAP_ALL else {s[3]}  # every setting tried
+        lb = min(self.floor.total_s(assign, off) for off in offloads)
         if self.objective == "request":
             lb += self.ev.load_s(assign, LEAST_MEMORY)
         return lb >= t * IMPROVES
