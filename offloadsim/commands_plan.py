@@ -14,6 +14,8 @@ from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.analysis.attribution import stall_attribution
 from sim.costs.memory import shared_bytes
 from sim.engines import engine_of, engines as installed, own_engine
+from sim.engines.base import RunRef
+from offloadsim.plan_text import baseline_lines, deploy_lines, header, planner_lines
 
 
 def _placement_rows(model, plan, attrib: dict[str, float]) -> list[dict]:
@@ -58,16 +60,13 @@ def _check_export(engine: str, export: str | None) -> None:
                      f"--export {engine}, or plan for that engine with --engine {export} --export {export}.")
 
 
-def _times(x: float) -> str:
-    return f"{x:.3g}x"
-
-
 OBJECTIVE_KEY = {"request": "request_s", "total": "total_s", "token": "time_per_token_s"}
 
 
 def _engine_rows(engines: dict, chosen: str, objective: str) -> dict[str, dict]:
-    """{engine: {time_per_token_s, ttft_s, request_s, speedup} | {error}}; speedup: the chosen engine's objective over
-    this engine's (above 1: switching to it is faster)."""
+    """{engine: {time_per_token_s, ttft_s, request_s, total_s, lower_bound_total_s, speedup} | {error}}; speedup: the
+    chosen engine's objective over this engine's (above 1: switching to it is faster); the bound holds for every
+    plan of that engine."""
     key = OBJECTIVE_KEY[objective]
     base = engines[chosen].summary.get(key)
     rows = {}
@@ -80,28 +79,6 @@ def _engine_rows(engines: dict, chosen: str, objective: str) -> dict[str, dict]:
                       "request_s": e.summary.get("request_s"), "total_s": e.summary.get("total_s"),
                       "lower_bound_total_s": e.bound_s, "speedup": base / t if base and t else None}
     return rows
-
-
-def _engine_lines(rows: dict[str, dict], chosen: str) -> list[str]:
-    lines = ["engines, each with the best placement it can run at these budgets (plan --engine NAME) and a lower bound "
-             "on the run of any plan that engine can run:"]
-    for name, r in rows.items():
-        if "error" in r:
-            lines.append(f"  {name:<11} cannot run: {r['error']}")
-            continue
-        head = (f"  {name:<11} request {r['request_s']:8.3f} s, {r['time_per_token_s']:.4f} s per token, run "
-                f"{r['total_s']:.3f} s >= its bound {r['lower_bound_total_s']:.3f} s")
-        if name == chosen:
-            lines.append(f"{head}  (chosen)")
-        elif r["speedup"] is None:
-            lines.append(head)
-        elif abs(r["speedup"] - 1) < 0.005:
-            lines.append(f"{head}  (the same as {chosen})")
-        elif r["speedup"] >= 1:
-            lines.append(f"{head}  ({_times(r['speedup'])} faster than {chosen})")
-        else:
-            lines.append(f"{head}  ({_times(1 / r['speedup'])} slower than {chosen})")
-    return lines
 
 
 def _placement_summary(model, plan) -> list[dict]:
@@ -163,23 +140,12 @@ def plan_cmd(args: argparse.Namespace) -> int:
         return fail(f"budget: no plan fits: {plan.reason}")
     from planner.engines import EnginePlan
     known = {**peers, engine: EnginePlan(engine, plan, s, bound_s=rep.lower_bound_s)}
-    engines = _engine_rows(compare_engines(model, machine, w, budgets, known, **planner_kw), engine, args.objective)
+    plans = compare_engines(model, machine, w, budgets, known, **planner_kw)
+    engines = _engine_rows(plans, engine, args.objective)
     data.update(engine=engine, engines=engines, notes=[])
-    lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
-             f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
-             f"planner: request {s['request_s']:.3f} s (load {s['load_s']:.3f} s + first token {s['ttft_s']:.3f} s + "
-             f"{w.new_tokens - 1} more tokens); {s['time_per_token_s']:.4f} s per token "
-             f"(prefetch {plan.prefetch_depth}, {plan.vram_slots} VRAM slots, {plan.pinned_slots} pinned slots; "
-             f"minimising {args.objective})",
-             f"lower bound on the request's run by offloadsim's engine {rep.lower_bound_s:.3f} s vs simulated "
-             f"{s['total_s']:.3f} s (gap {rep.gap:.1%}); "
-             f"planned in {rep.seconds:.2f} s; search {'converged' if rep.converged else 'NOT converged'} "
-             f"(stopped: {rep.stopped}) after {rep.evaluations} plans scored; chosen from {rep.chosen_from}"]
-    for name, v in rep.baselines.items():
-        lines.append(f"  {name:<11} " + (f"request {v['request_s']:8.3f} s, {v['time_per_token_s']:.4f} s per token  "
-                                         f"({v['request_s'] / s['request_s']:.2f}x the planner)"
-                                         if "time_per_token_s" in v else f"cannot run: {v['error']}"))
-    lines += _engine_lines(engines, engine)
+    base = RunRef(model, args.model, plan, w, machine, budgets, args.out)
+    lines = [header(model, machine, budgets, w), *deploy_lines(plans, base), "", *planner_lines(rep, plan, s),
+             *baseline_lines(rep.baselines, s["request_s"])]
     return emit(args, data, "\n".join(lines + _tail_lines(args, data)))
 
 
@@ -214,8 +180,8 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
     if out:
         plan.save(out)
     s = chosen.summary
-    engines = _engine_rows(compare_engines(model, machine, w, budgets, {engine: chosen}, **planner_kw), engine,
-                           args.objective)
+    plans = compare_engines(model, machine, w, budgets, {engine: chosen}, **planner_kw)
+    engines = _engine_rows(plans, engine, args.objective)
     attrib = {}
     if args.explain and len(model.units) < 2000:
         attrib = {a["unit"]: a["gain_s"] for a in stall_attribution(model, machine, plan, w, budgets, limit=len(model.units))}
@@ -223,25 +189,25 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
     data = {"feasible": True, "reason": "", "engine": engine, "policy": plan.policy, "model": model.name,
             "machine": machine.name, "time_per_token_s": s.get("time_per_token_s"), "ttft_s": s.get("ttft_s"),
             "total_s": s.get("total_s"), "load_s": s.get("load_s"), "request_s": s.get("request_s"),
-            "placement": placement, "engines": engines, "notes": list(chosen.notes),
+            "lower_bound_total_s": chosen.bound_s, "placement": placement, "engines": engines, "notes": list(chosen.notes),
             "prefetch_depth": plan.prefetch_depth, "vram_slots": plan.vram_slots, "pinned_slots": plan.pinned_slots,
             "layers": _placement_rows(model, plan, attrib)}
     if args.export:
         data["export"] = export_plan(args.export, model, plan, w, machine, budgets)
-    lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
-             f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
-             f"{engine}: request {s['request_s']:.3f} s (load {s['load_s']:.3f} s + first token {s['ttft_s']:.3f} s + "
-             f"{w.new_tokens - 1} more tokens); {s['time_per_token_s']:.4f} s per token (plan {plan.policy}, the "
-             f"fastest it can run here)",
+    base = RunRef(model, args.model, plan, w, machine, budgets, args.out)
+    lines = [header(model, machine, budgets, w), *deploy_lines(plans, base), "",
+             f"{engine_of(engine).label} (--engine {engine}): request {s['request_s']:.3f} s (load {s['load_s']:.3f} s "
+             f"+ run {s['total_s']:.3f} s, at least {chosen.bound_s:.3f} s for any plan it runs here); "
+             f"{s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s (plan {plan.policy}, the "
+             "fastest it can run here)",
              "placement: " + "; ".join(f"{g['units']} units in {g['tier']} computed on the {g['compute'].upper()} "
                                        f"({g['nbytes'] / GiB:.2f} GiB)" for g in placement)]
     lines += [f"note: {n}" for n in chosen.notes]
-    lines += _engine_lines(engines, engine)
     return emit(args, data, "\n".join(lines + _tail_lines(args, data)))
 
 
 def pareto_cmd(args: argparse.Namespace) -> int:
-    out = check_output(args.out, "out", (args.model, args.machine), (".png", ".svg", ".pdf"))
+    out = check_output(args.chart, "chart", (args.model, args.machine), (".png", ".svg", ".pdf"))
     if args.points < 2:
         raise InputError(f"points: {args.points} budgets cannot draw a curve; give --points 2 or more.")
     check_count(args.points, "points", 2, 32, "budgets per sweep")
@@ -252,14 +218,15 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     model = resolve_model(args)
     limits.check_request(model, machine, w, items=limits.MAX_ITEMS // args.points)
     from planner.pareto import plot, sweep
-    data = sweep(model, machine, w, points=args.points, ram=ram)
-    with atomic(out) as tmp:
-        plot(data, tmp)
+    data = sweep(model, machine, w, points=args.points, ram=ram, progress=not args.json)
+    if out is not None:
+        with atomic(out) as tmp:
+            plot(data, tmp)
     names = [k for k in data["by_vram"][0] if k != "vram_bytes"]
     lines = [f"{'VRAM GiB':>9} " + " ".join(f"{n:>10}" for n in names)]
     for r in data["by_vram"]:
         lines.append(f"{r['vram_bytes'] / GiB:9.2f} " + " ".join(f"{r[n]:10.4f}" if r[n] else f"{'-':>10}" for n in names))
-    lines.append(f"figure written to {args.out}")
+    lines.append(f"figure written to {args.chart}" if out is not None else "(--chart FILE.png draws these curves)")
     return emit(args, data, "\n".join(lines))
 
 
@@ -290,7 +257,7 @@ def whatif_cmd(args: argparse.Namespace) -> int:
             lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f" {r['request_s']:10.3f} {r['ttft_s']:9.3f} "
                          f"{r['time_per_token_s']:9.4f} {r['tokens_per_s']:8.2f}  {r['bottleneck']} ({r['policy']})")
         else:
-            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + "  infeasible")
+            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f"  infeasible: {r.get('reason') or 'no plan fits'}")
     if len(data["rows"]) > 40:
         lines.append(f"... {len(data['rows']) - 40} more (--json for all)")
     lines.append("single upgrades from " + ", ".join(f"{k}={v}" for k, v in data["base"].items()) + ":")

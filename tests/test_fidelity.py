@@ -382,7 +382,8 @@ def test_calibrate_reads_the_graph_overhead_off_the_decoder_grid(toy_machine):
 def test_cpu_prompt_past_the_grid_is_read_as_more_sequences_of_its_longest():
     """A CPU grid measured to 64-token prompts at batch 1, 4 and 16: one 128-token prompt holds the tokens of two
     64-token prompts, so it costs the batch-2 point of the 64 column (a third of the way from batch 1 to 4). Past the
-    batch axis, or on the GPU, the prompt axis is continued along the roofline as before."""
+    batch axis the 64 column continues along its last segment; on the GPU the prompt axis continues along the
+    roofline."""
     u = toy_model().units[0]
     kw = dict(batch=(1, 4, 16), prefill_tokens=(16, 64), prefill_s=((6.0, 9.0), (9.0, 21.0), (21.0, 75.0)),
               decode_context=(20, 68), decode_s=((5.0, 5.0), (6.0, 6.0), (7.0, 7.0)))
@@ -392,6 +393,19 @@ def test_cpu_prompt_past_the_grid_is_read_as_more_sequences_of_its_longest():
     assert grid_time_s(cpu, 4, 256, 0, roof) == pytest.approx(75.0)              # 16 prompts of 64
     # GPU: the 64-token column continued along the roofline (k = (9 - 6) / (64 - 16) per roofline second)
     assert grid_time_s(gpu, 1, 128, 0, roof) == pytest.approx(9.0 + 3.0 / 48 * 64)
-    # 16 x 128 tokens are 32 prompts of 64, past the batch axis: the roofline continuation again, on the CPU too
-    assert grid_time_s(cpu, 16, 128, 0, roof) == pytest.approx(grid_time_s(gpu, 16, 128, 0, roof))
+    # 16 x 128 tokens are 32 prompts of 64, past the batch axis: the 64 column continued along its last segment
+    # (21 s at 4 to 75 s at 16: 4.5 s a sequence)
+    assert grid_time_s(cpu, 16, 128, 0, roof) == pytest.approx(75.0 + 16 * 4.5)
     assert grid_time_s(cpu, 1, 64, 0, roof) == pytest.approx(9.0)                 # inside the grid: as measured
+    # attention quadratic in the prompt: 1 x 128 tokens cost 128 + 128^2/64 = 384 roofline seconds against 2 x 64
+    # tokens' 2 x (64 + 64^2/64) = 256, so the batch-2 point's time counts 1.5 times
+    quad = lambda b, s, k: b * s + b * s * s / 64  # noqa: E731
+    assert grid_time_s(cpu, 1, 128, 0, quad) == pytest.approx((9.0 + (21.0 - 9.0) / 3) * 1.5)
+
+
+def test_long_prompts_must_lie_past_the_grid_with_one_time_each():
+    u = toy_model().units[0]
+    with pytest.raises(ValueError, match="long_prompts"):
+        grid_for(u, device="cpu", long_prompts=(20,), long_prefill_s=(1.0,))        # not past the grid's 20
+    with pytest.raises(ValueError, match="long_prompts"):
+        grid_for(u, device="cpu", long_prompts=(40, 80), long_prefill_s=(1.0,))

@@ -28,9 +28,11 @@ from validate.stream_stages import StageThreads
 class StreamRun(StageThreads):
     """The per-run state (events, pools, buffers) and one method per stage; `execute()` returns the RunResult."""
 
-    def __init__(self, engine, w: Workload, prompt: torch.Tensor | None):
+    def __init__(self, engine, w: Workload, prompt: torch.Tensor | None, decoding=None):
+        """`decoding` (validate.decoding.Decoding): sampled tokens, handed out as made, a stop token; None: greedy,
+        with every step's logits kept (validation)."""
         e, p = engine, engine.plan
-        self.e, self.w = e, w
+        self.e, self.w, self.decoding = e, w, decoding
         sch = self.sch = build_schedule(e.shape, e.machine, p, w, Budgets.unlimited())
         n = self.n = len(sch)
         self.units, self.steps = sch.unit.tolist(), sch.step.tolist()
@@ -74,7 +76,9 @@ class StreamRun(StageThreads):
         self.sync_each = (p.prefetch_depth == 0 or not p.overlap_copy) and any(x == GPU_LOAD for x in self.load)
         self.pool = ThreadPoolExecutor(e.unpack_threads)
         # logits leave the device asynchronously into pinned memory: no host wait inside the timed run
-        self.logits_host = torch.empty((w.new_tokens, w.batch, e.shape.vocab), dtype=torch.float32, pin_memory=e.cuda)
+        self.logits_host = torch.empty((w.new_tokens if decoding is None else 0, w.batch, e.shape.vocab),
+                                       dtype=torch.float32, pin_memory=e.cuda)
+        self.halted = threading.Event()  # the run stopped early (a stop token): the stage threads return
         self.tokens: list[torch.Tensor] = []
 
     # -- the compute thread -------------------------------------------------------------------------------------
@@ -101,7 +105,7 @@ class StreamRun(StageThreads):
                 x = M.decoder_layer(x, weights, e.arch, cache, start, cos, sin, pos)
             st.x.copy_(x)
         else:
-            out = M.head(st.x.to(dev), weights, e.arch)
+            out = M.head(st.x[:, -1:].to(dev), weights, e.arch)  # the last position's logits: move only its state
             st.logits.copy_(out)
             st.tok.copy_(out.argmax(-1))
 
@@ -140,7 +144,10 @@ class StreamRun(StageThreads):
         else:
             self.unit_step(kind, name, weights, dev, st)
         if kind == "lm_head":
-            self.logits_host[s].copy_(st.logits, non_blocking=True)
+            if self.decoding is not None:
+                self.decoding.choose(s, st.logits, st.tok)
+            else:
+                self.logits_host[s].copy_(st.logits, non_blocking=True)
             self.tokens.append(st.tok.clone())
 
     def prepare(self) -> None:
@@ -217,6 +224,10 @@ class StreamRun(StageThreads):
         else:
             weights = e.resident[name] if name in e.resident else e.host_views[name]
         dev = torch.device("cpu") if self.on_cpu[i] else e.device
+        if dev.type == "cpu" and i > 0 and self.comp_end[i - 1] is not None:
+            # its input is the GPU unit's output: the CPU starts when that ends (what this unit's compute would
+            # block on anyway), so the time the GPU spent waiting for copies is not counted as this unit's compute
+            self.comp_end[i - 1].synchronize()
         self.started[i].set()
         e0 = clock.event(self.compute_stream) if dev.type == "cuda" else clock.now()
         self.forward(i, e.shape.units[self.units[i]].kind, name, weights, dev)
@@ -242,9 +253,14 @@ class StreamRun(StageThreads):
         for t in threads:
             t.start()
         failed = True
+        if self.decoding is not None:
+            self.decoding.start(self.w.new_tokens, self.w.batch, self.e.cuda)
         try:
             with torch.inference_mode():
                 for i in range(self.n):
+                    if self.stops_before(i):
+                        self.stop_stages()
+                        break
                     self.compute(i)
             if self.e.cuda:
                 torch.cuda.synchronize()
@@ -255,8 +271,12 @@ class StreamRun(StageThreads):
             for t in threads:  # after a failure a stage may sit on an empty pool: do not wait for it
                 t.join(timeout=1 if failed else 60)
             self.pool.shutdown()
+            if self.decoding is not None:
+                self.decoding.finish()
         if self.errors:
             raise self.errors[0]
+        if self.e.cuda and self.halted.is_set():  # a stage may have copied once more before it saw the halt
+            torch.cuda.synchronize()
         self.graphed = bool(self.graphs)
         self.graphs.clear()
         events = to_events(self.records, self.clock, self.sch, self.names)
