@@ -66,11 +66,27 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
         return EnginePlan(engine, rep.plan, _simulate(model, machine, rep.plan, w, budgets), bound_s=rep.lower_bound_s)
     try:
         plan = e.best_plan(model, machine, w, budgets, planner_kw.get("objective", "request"))
-    except PlanError as exc:
-        return EnginePlan(engine, None, reason=str(exc))
+    except PlanError as exc:  # the engine's own default placements, where one runs: `plan` lists them as baselines
+        plan = _own_policy(e, model, machine, w, budgets)
+        if plan is None:
+            return EnginePlan(engine, None, reason=str(exc))
     notes = unmeasured_notes(engine, machine) + e.plan_notes(model, machine, plan, costs_of(machine, engine))
     bound = engine_bound_s(model, machine, w, plan, budgets.vram_bytes if e.computes_rest_on_cpu else None)
     return EnginePlan(engine, plan, _simulate(model, machine, plan, w, budgets), notes=notes, bound_s=bound)
+
+
+def _own_policy(e, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan | None:
+    """The fastest of the engine's own placement policies that runs at the budgets (by request time), or None."""
+    best, best_t = None, float("inf")
+    for fn in e.policies().values():
+        try:
+            p = fn(model, machine, w, budgets)
+            t = _simulate(model, machine, p, w, budgets)["request_s"]
+        except PlanError:
+            continue
+        if t < best_t:
+            best, best_t = p, t
+    return best
 
 
 def unmeasured_notes(engine: str, machine: MachineSpec) -> list[str]:
