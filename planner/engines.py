@@ -65,7 +65,7 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
             return EnginePlan(engine, None, reason=rep.plan.reason)
         return EnginePlan(engine, rep.plan, _simulate(model, machine, rep.plan, w, budgets), bound_s=rep.lower_bound_s)
     try:
-        plan = e.best_plan(model, machine, w, budgets, planner_kw.get("objective", "request"))
+        plan = e.best_plan(model, machine, w, budgets, planner_kw.get("objective", "token"))
     except PlanError as exc:  # the engine's own default placements, where one runs: `plan` lists them as baselines
         plan = _own_policy(e, model, machine, w, budgets)
         if plan is None:
@@ -111,7 +111,7 @@ def peer_seeds(peers: dict[str, EnginePlan]) -> dict[str, Plan]:
             for e, r in peers.items() if r.plan is not None}
 
 
-def peer_engine_plans(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, objective: str = "request",
+def peer_engine_plans(model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets, objective: str = "token",
                       known: dict[str, EnginePlan] | None = None) -> dict[str, EnginePlan]:
     """Every peer engine's best plan for the objective, reusing those in `known`."""
     known = known or {}
@@ -125,7 +125,7 @@ def compare_engines(model: ModelShape, machine: MachineSpec, w: Workload, budget
     than a peer's placement."""
     known = known or {}
     core = _core()
-    peers = peer_engine_plans(model, machine, w, budgets, planner_kw.get("objective", "request"), known)
+    peers = peer_engine_plans(model, machine, w, budgets, planner_kw.get("objective", "token"), known)
     ours = known.get(core) or plan_for_engine(core, model, machine, w, budgets, seeds=peer_seeds(peers), **planner_kw)
     return {core: ours, **peers}
 
