@@ -93,6 +93,13 @@ def _request(combo: dict) -> tuple[Request | None, str]:
     return Request(model, m, w, Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))), ""
 
 
+def evaluate(model: ModelShape, machine: MachineSpec, w: Workload, combo: dict, objective: str = "request") -> dict:
+    """One combination of machine changes (KEYS) planned as `plan` plans it and predicted: the row whatif and the
+    sweeps report (planner/sweep.py)."""
+    _init(model, machine, w, objective)
+    return _one(combo, {})[0]
+
+
 def _one(combo: dict, floors: dict[str, Plan]) -> tuple[dict, Plan | None]:
     """A combination planned by `plan`'s planner (planner.engines.plan_answer), judged beside `floors`."""
     req, why = _request(combo)
@@ -166,8 +173,40 @@ def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, l
         done = [_chain(ch) for ch in tqdm(chains.values(), disable=not progress, desc="what-if")]
     by_combo = {json.dumps(r["combo"], sort_keys=True): r for rows in done for r in rows}
     rows = [by_combo[json.dumps(c, sort_keys=True)] for c in combos]
-    return {"model": model.name, "machine": machine.name, "objective": objective, "base": combos[0],
-            "rows": rows, "upgrades": _upgrades(rows, keys, vary, objective)}
+    return {"model": model.name, "machine": machine.name, "objective": objective,
+            **summarize(rows, vary, machine, objective)}
+
+
+def monotone(rows: list[dict], keys: list[str], vary: dict[str, list[str]], machine: MachineSpec,
+             objective: str = "request") -> None:
+    """For rows planned apart (the sweeps): more VRAM, RAM, a faster link or a faster disk never reads as slower. A
+    combination whose neighbour with less of one ordered axis (the rest equal) is faster takes that neighbour's plan,
+    which fits and runs here at most as slow; its row says so ('plan_from') and keeps the neighbour's times, an upper
+    bound here. Rows are visited from the least of every ordered axis up, so a chain carries through. Rows planned by
+    `grid` already are."""
+    key = OBJECTIVE_KEY[objective]
+    rank = {k: {v: _rank(machine, k, v) for v in vary[k]} for k in keys if k in ORDERED}
+    index = {tuple(r["combo"][k] for k in keys): r for r in rows}
+    for row in sorted(rows, key=lambda r: [rank[k][r["combo"][k]] if k in rank else 0.0 for k in keys]):
+        if not row["feasible"] and "reason" in row:  # a VRAM beyond the GPU: nothing runs there
+            continue
+        for k, ranks in rank.items():
+            below = [v for v in vary[k] if ranks[v] < ranks[row["combo"][k]]
+                     and (k != "storage" or _slower_storage(v, row["combo"][k]))]
+            if not below:
+                continue
+            prev = index[tuple((max(below, key=ranks.get) if kk == k else row["combo"][kk]) for kk in keys)]
+            if prev["feasible"] and (not row["feasible"] or prev[key] < row[key]):
+                row.update({name: prev[name] for name in ("feasible", "policy", *ROW_KEYS)})
+                row["plan_from"] = prev.get("plan_from", prev["combo"])
+
+
+def summarize(rows: list[dict], vary: dict[str, list[str]], machine: MachineSpec, objective: str = "request") -> dict:
+    """Every row of the full grid made monotone (in place), the base (each key's first value) and the single
+    upgrades from it ranked by speedup on the objective: {'base', 'rows', 'upgrades'}."""
+    keys = list(vary)
+    monotone(rows, keys, vary, machine, objective)
+    return {"base": {k: vary[k][0] for k in keys}, "rows": rows, "upgrades": _upgrades(rows, keys, vary, objective)}
 
 
 def _init_ranks(model, machine, w, objective, ranks) -> None:
