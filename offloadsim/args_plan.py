@@ -18,8 +18,9 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     model_args(p)
     machine_args(p)
     add_workload(p)
-    p.add_argument("--objective", choices=["token", "total"], default="token",
-                   help="minimise the time per output token (default) or the request's total time")
+    p.add_argument("--objective", choices=["request", "total", "token"], default="request",
+                   help="minimise the time to finish the request with the load of its weights before the first token "
+                   "(default), the request's time without that load, or the time per output token")
     p.add_argument("--time-budget", type=float, default=None, help="a safety net only: the search stops on convergence or an evaluation cap, the same on any machine; if this many seconds pass first it stops and says so (default 300)")
     p.add_argument("--out", default=None, help="write the plan JSON (the validation engine consumes it)")
     p.add_argument("--engine", choices=list(ENGINES), default="offloadsim",

@@ -60,18 +60,24 @@ def _check_export(engine: str, export: str | None) -> None:
                      f"--export {engine}, or plan for that engine with --engine {export} --export {export}.")
 
 
-def _engine_rows(engines: dict, chosen: str) -> dict[str, dict]:
-    """{engine: {time_per_token_s, ttft_s, speedup} | {error}}; speedup: the chosen engine's time per token over this
-    engine's (above 1: switching to it is faster)."""
-    base = engines[chosen].time_per_token_s
+OBJECTIVE_KEY = {"request": "request_s", "total": "total_s", "token": "time_per_token_s"}
+
+
+def _engine_rows(engines: dict, chosen: str, objective: str) -> dict[str, dict]:
+    """{engine: {time_per_token_s, ttft_s, request_s, total_s, lower_bound_total_s, speedup} | {error}}; speedup: the
+    chosen engine's objective over this engine's (above 1: switching to it is faster); the bound holds for every
+    plan of that engine."""
+    key = OBJECTIVE_KEY[objective]
+    base = engines[chosen].summary.get(key)
     rows = {}
     for name, e in engines.items():
         if e.plan is None:
             rows[name] = {"error": e.reason}
             continue
-        t = e.time_per_token_s
-        rows[name] = {"time_per_token_s": t, "ttft_s": e.summary.get("ttft_s"),
-                      "speedup": base / t if base and t else None}
+        t = e.summary.get(key)
+        rows[name] = {"time_per_token_s": e.time_per_token_s, "ttft_s": e.summary.get("ttft_s"),
+                      "request_s": e.summary.get("request_s"), "total_s": e.summary.get("total_s"),
+                      "lower_bound_total_s": e.bound_s, "speedup": base / t if base and t else None}
     return rows
 
 
@@ -103,22 +109,23 @@ def plan_cmd(args: argparse.Namespace) -> int:
     planner_kw = {"objective": args.objective, "time_budget_s": args.time_budget, "progress": True}
     if not engine_of(engine).plans_itself:
         return _engine_plan_cmd(args, engine, out, model, machine, w, budgets, planner_kw)
-    from planner import plan_with_report
-    from planner.engines import compare_engines, peer_engine_plans, peer_seeds
+    from planner.engines import compare_engines, plan_answer
     from planner.export import export_plan
-    peers = peer_engine_plans(model, machine, w, budgets, args.objective)  # the planner: never worse than any of them
-    rep = plan_with_report(model, machine, w, budgets, objective=args.objective, time_budget_s=args.time_budget,
-                           progress=True, seeds=peer_seeds(peers))
+    from sim.plan import Request
+    rep, peers = plan_answer(Request(model, machine, w, budgets), args.objective, time_budget_s=args.time_budget,
+                             progress=True)
     plan = rep.plan
     if out and plan.feasible:  # an infeasible plan never replaces a file
         plan.save(out)
     s = rep.summary
     data = {"feasible": plan.feasible, "reason": plan.reason, "model": model.name, "machine": machine.name,
             "time_per_token_s": s.get("time_per_token_s"), "ttft_s": s.get("ttft_s"), "total_s": s.get("total_s"),
+            "load_s": s.get("load_s"), "request_s": s.get("request_s"), "objective": args.objective,
             "lower_bound_total_s": rep.lower_bound_s, "gap_to_lower_bound": rep.gap, "planning_s": rep.seconds,
             "converged": rep.converged, "stopped": rep.stopped, "evaluations": rep.evaluations,
             "chosen_from": rep.chosen_from,
             "baselines": {k: v.get("time_per_token_s") for k, v in rep.baselines.items()},
+            "baselines_request_s": {k: v.get("request_s") for k, v in rep.baselines.items()},
             "baseline_errors": {k: v["error"] for k, v in rep.baselines.items() if "error" in v},
             "prefetch_depth": plan.prefetch_depth, "vram_slots": plan.vram_slots, "pinned_slots": plan.pinned_slots}
     attrib = {}
@@ -132,13 +139,13 @@ def plan_cmd(args: argparse.Namespace) -> int:
             emit(args, data, "")
         return fail(f"budget: no plan fits: {plan.reason}")
     from planner.engines import EnginePlan
-    known = {**peers, engine: EnginePlan(engine, plan, s)}
+    known = {**peers, engine: EnginePlan(engine, plan, s, bound_s=rep.lower_bound_s)}
     plans = compare_engines(model, machine, w, budgets, known, **planner_kw)
-    engines = _engine_rows(plans, engine)
+    engines = _engine_rows(plans, engine, args.objective)
     data.update(engine=engine, engines=engines, notes=[])
     base = RunRef(model, args.model, plan, w, machine, budgets, args.out)
     lines = [header(model, machine, budgets, w), *deploy_lines(plans, base), "", *planner_lines(rep, plan, s),
-             *baseline_lines(rep.baselines, s["time_per_token_s"])]
+             *baseline_lines(rep.baselines, s["request_s"])]
     return emit(args, data, "\n".join(lines + _tail_lines(args, data)))
 
 
@@ -176,22 +183,25 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
         plan.save(out)
     s = chosen.summary
     plans = compare_engines(model, machine, w, budgets, {engine: chosen}, **planner_kw)
-    engines = _engine_rows(plans, engine)
+    engines = _engine_rows(plans, engine, args.objective)
     attrib = {}
     if args.explain and len(model.units) < 2000:
         attrib = {a["unit"]: a["gain_s"] for a in stall_attribution(model, machine, plan, w, budgets, limit=len(model.units))}
     placement = _placement_summary(model, plan)
     data = {"feasible": True, "reason": "", "engine": engine, "policy": plan.policy, "model": model.name,
             "machine": machine.name, "time_per_token_s": s.get("time_per_token_s"), "ttft_s": s.get("ttft_s"),
-            "total_s": s.get("total_s"), "placement": placement, "engines": engines, "notes": list(chosen.notes),
+            "total_s": s.get("total_s"), "load_s": s.get("load_s"), "request_s": s.get("request_s"),
+            "lower_bound_total_s": chosen.bound_s, "placement": placement, "engines": engines, "notes": list(chosen.notes),
             "prefetch_depth": plan.prefetch_depth, "vram_slots": plan.vram_slots, "pinned_slots": plan.pinned_slots,
             "layers": _placement_rows(model, plan, attrib)}
     if args.export:
         data["export"] = export_plan(args.export, model, plan, w, machine, budgets)
     base = RunRef(model, args.model, plan, w, machine, budgets, args.out)
     lines = [header(model, machine, budgets, w), *deploy_lines(plans, base), "",
-             f"{engine_of(engine).label} (--engine {engine}): {s['time_per_token_s']:.4f} s per token, first token "
-             f"{s['ttft_s']:.3f} s, request {s['total_s']:.3f} s (plan {plan.policy}, the fastest it can run here)",
+             f"{engine_of(engine).label} (--engine {engine}): request {s['request_s']:.3f} s (load {s['load_s']:.3f} s "
+             f"+ run {s['total_s']:.3f} s, at least {chosen.bound_s:.3f} s for any plan it runs here); "
+             f"{s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s (plan {plan.policy}, the "
+             "fastest it can run here)",
              "placement: " + "; ".join(f"{g['units']} units in {g['tier']} computed on the {g['compute'].upper()} "
                                        f"({g['nbytes'] / GiB:.2f} GiB)" for g in placement)]
     lines += [f"note: {n}" for n in chosen.notes]

@@ -141,11 +141,11 @@ def _results_path(value: str | None) -> Path | None:
 
 
 def _lines(data: dict, keys: list[str], size: int) -> list[str]:
-    lines = [" ".join(f"{k:>12}" for k in keys) + f" {'TTFT s':>9} {'s/token':>9} {'tok/s':>8}  critical"]
-    for r in sorted(data["rows"], key=lambda r: r.get("time_per_token_s", float("inf")))[:40]:
+    lines = [" ".join(f"{k:>12}" for k in keys) + f" {'request s':>10} {'TTFT s':>9} {'s/token':>9} {'tok/s':>8}  critical"]
+    for r in sorted(data["rows"], key=lambda r: r.get("request_s", float("inf")))[:40]:
         if r["feasible"]:
-            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f" {r['ttft_s']:9.3f} {r['time_per_token_s']:9.4f} "
-                         f"{r['tokens_per_s']:8.2f}  {r['bottleneck']} ({r['policy']})")
+            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f" {r['request_s']:10.3f} {r['ttft_s']:9.3f} "
+                         f"{r['time_per_token_s']:9.4f} {r['tokens_per_s']:8.2f}  {r['bottleneck']} ({r['policy']})")
         else:
             lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f"  infeasible: {r.get('reason') or 'no plan fits'}")
     if size > 40:
@@ -153,7 +153,8 @@ def _lines(data: dict, keys: list[str], size: int) -> list[str]:
     if data.get("each_row_its_own_plan"):
         lines.append("(too many rows to make monotone here: each row is its own combination's plan)")
     lines.append("single upgrades from " + ", ".join(f"{k}={v}" for k, v in data["base"].items()) + ":")
-    lines += [f"  {u['change']:<24} {u['speedup']:6.2f}x  ({u['time_per_token_s']:.4f} s/token)" for u in data["upgrades"]]
+    lines += [f"  {u['change']:<24} {u['speedup']:6.2f}x  (request {u.get('request_s', float('nan')):.3f} s, "
+              f"{u['time_per_token_s']:.4f} s/token)" for u in data["upgrades"]]
     return lines
 
 

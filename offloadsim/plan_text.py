@@ -35,17 +35,27 @@ def _recipes(plans: dict, base: RunRef) -> dict[str, tuple[list[str], str]]:
     return out
 
 
+def _time(ep) -> float:
+    """What engines are ranked by: the time to finish the request, the load of the weights included (the time per
+    token where no summary says more)."""
+    summary = getattr(ep, "summary", None) or {}
+    return summary.get("request_s", ep.time_per_token_s)
+
+
 def _speed(ep, fastest: float) -> str:
-    t = ep.time_per_token_s
+    t, s = _time(ep), ep.summary
     rel = "" if t == fastest else f"  ({t / fastest:.3g}x the fastest)"
-    return f"{t:.4f} s per token, first token {ep.summary.get('ttft_s', float('nan')):.3f} s{rel}"
+    bound = getattr(ep, "bound_s", float("nan"))
+    return (f"request {t:.3f} s (load {s.get('load_s', float('nan')):.3f} s + run {s.get('total_s', float('nan')):.3f} "
+            f"s, at least {bound:.3f} s for any plan this engine runs here); {ep.time_per_token_s:.4f} s per token, "
+            f"first token {s.get('ttft_s', float('nan')):.3f} s{rel}")
 
 
 def deploy_lines(plans: dict, base: RunRef) -> list[str]:
     """The lead: each engine's best plan, its time, how to run it; then which to pick and why."""
     recipes = _recipes(plans, base)
-    timed = sorted((n for n in plans if plans[n].plan is not None), key=lambda n: plans[n].time_per_token_s)
-    fastest = plans[timed[0]].time_per_token_s if timed else 0.0
+    timed = sorted((n for n in plans if plans[n].plan is not None), key=lambda n: _time(plans[n]))
+    fastest = _time(plans[timed[0]]) if timed else 0.0
     lines = ["what to run: each engine's fastest placement at these budgets, its predicted time, and how to run it"]
     for name in timed:
         ep = plans[name]
@@ -67,7 +77,7 @@ def pick_line(plans: dict, runnable: list[str]) -> str:
     first = engine_of(runnable[0]).label
     if len(runnable) == 1:
         return f"pick {first}: the only engine that can run this model here."
-    t0, t1 = plans[runnable[0]].time_per_token_s, plans[runnable[1]].time_per_token_s
+    t0, t1 = _time(plans[runnable[0]]), _time(plans[runnable[1]])
     second = engine_of(runnable[1]).label
     if t1 <= t0 * (1 + CLOSE):
         return (f"pick {first} or {second}: predicted within {t1 / t0 - 1:.0%} of each other, inside the predictions' "
@@ -77,10 +87,11 @@ def pick_line(plans: dict, runnable: list[str]) -> str:
 
 def planner_lines(rep, plan, s: dict) -> list[str]:
     """The planner's plan (offloadsim's runner) in detail, with the gap explained where it is printed."""
-    return [f"the planner's plan (offloadsim's runner): {s['time_per_token_s']:.4f} s per token, first token "
+    return [f"the planner's plan (offloadsim's runner): request {s['request_s']:.3f} s (load {s['load_s']:.3f} s "
+            f"before the first token + run {s['total_s']:.3f} s), {s['time_per_token_s']:.4f} s per token, first token "
             f"{s['ttft_s']:.3f} s; prefetch {plan.prefetch_depth}, {plan.vram_slots} VRAM slots, {plan.pinned_slots} "
             "pinned slots",
-            f"  lower bound on the request {rep.lower_bound_s:.3f} s vs simulated {s['total_s']:.3f} s: gap "
+            f"  lower bound on the request's run by offloadsim's engine {rep.lower_bound_s:.3f} s vs simulated {s['total_s']:.3f} s: gap "
             f"{rep.gap:.1%} (how far the simulated time is above a bound no plan can beat; the best plan lies between)",
             f"  planned in {rep.seconds:.2f} s; search {'converged' if rep.converged else 'NOT converged'} "
             f"(stopped: {rep.stopped}) after {rep.evaluations} plans scored; chosen from {rep.chosen_from}"]
@@ -93,14 +104,15 @@ def _policy_words(name: str) -> str:
     return f"{e.label} with {e.default_placement}"
 
 
-def baseline_lines(baselines: dict, planner_s: float) -> list[str]:
+def baseline_lines(baselines: dict, planner_request_s: float) -> list[str]:
     """The default placements the planner was compared with, each named and described: an engine's is what it does
     with no plan, priced with that engine (its best placement is the one under 'what to run')."""
     lines = ["default placements against the planner's plan (an engine's row here is what it does with no plan; its "
              "best placement is under 'what to run'):"]
     for name, v in baselines.items():
         t = v.get("time_per_token_s")
-        head = f"{t:.4f} s per token  ({t / planner_s:.2f}x the planner)" if t is not None else "cannot run"
+        head = (f"request {v['request_s']:.3f} s, {t:.4f} s per token  ({v['request_s'] / planner_request_s:.2f}x the "
+                "planner)" if t is not None else "cannot run")
         lines.append(f"  {name:<11} {head}  {_policy_words(name)}")
         if t is None:
             lines.append(f"              {v['error']}")

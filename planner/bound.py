@@ -111,3 +111,22 @@ def lower_bound(ev: Evaluator, options: list[tuple[str, str]], time_limit_s: flo
         if res.feasible and not res.bound_s >= best:
             best = res.bound_s
     return best
+
+
+class PlanFloor:
+    """A lower bound on one plan's simulated total (the same argument as `lower_bound`, for a given assignment and
+    offload threshold: the most work of any serial resource), a few microseconds each: the search skips a move whose
+    floor is already no better than the incumbent."""
+
+    def __init__(self, ev: Evaluator):
+        self.ev, self.ph, self.work = ev, _phase_sums(ev), {}
+        self.rows = np.arange(len(ev.nb))
+
+    def total_s(self, assign: np.ndarray, offload: int | None) -> float:
+        tokens = self.ev.tokens
+        mode = "none" if not offload or tokens[0] < offload else ("all" if len(tokens) > 1 and tokens[1] >= offload
+                                                                   else "prefill")
+        if mode not in self.work:  # a CPU embedding is never offloaded: each unit's least work of its mode and none
+            least = [np.stack([bound_costs(self.ev, m, self.ph).work[r] for r in RESOURCES]) for m in (mode, "none")]
+            self.work[mode] = np.minimum(*least)
+        return float(self.work[mode][:, self.rows, assign].sum(axis=1).max())

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, InputError
 from planner.baselines import baseline_plans
+from planner.bound import PlanFloor
 from planner.candidates import coarse_groups, milp_candidates
 from planner.choices import OPTIONS
 from planner.evaluator import Evaluator, assignment_of, is_planner_runtime, settings_of
@@ -121,7 +122,9 @@ def _searcher(req: Request, opts: PlanOptions) -> tuple[Search, Usage]:
     gs, ordered = coarse_groups(costs, use, req.model)
     opt_idx = [OPTIONS.index(o) for o in opts.allowed()]
     limits = Limits(opts.max_evals or MAX_EVALS, SAFETY_S if opts.time_budget_s is None else opts.time_budget_s)
-    return Search(ev, gs, opt_idx, opts.objective, limits, ordered), use
+    search = Search(ev, gs, opt_idx, opts.objective, limits, ordered)
+    search.floor = PlanFloor(ev)
+    return search, use
 
 
 def _starts(req: Request, opts: PlanOptions, search: Search, use: Usage) -> tuple[dict, dict, dict, dict]:

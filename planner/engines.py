@@ -10,13 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hwmodels.specs import MachineSpec
+from sim.costs.load import load_time_s
 from sim.costs.memory import PlanError
 from sim.engines import costs_of, engine_of, engines, own_engine
 from sim.engines.reference import REFERENCE_MACHINE
 from sim.model.shapes import ModelShape
-from sim.plan import Budgets, Plan, Workload
+from sim.plan import Budgets, Plan, Request, Workload
 from sim.run.simulate import fast_simulate
-from planner.core import plan_with_report
+from planner.engine_bound import engine_bound_s
+from planner.core import PlanOptions, PlanReport, plan_request, plan_with_report
 
 
 def engine_list() -> tuple[str, ...]:
@@ -34,6 +36,7 @@ class EnginePlan:
     summary: dict = field(default_factory=dict)
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    bound_s: float = float("nan")   # a lower bound on the request's run for every plan this engine can run here
 
     @property
     def time_per_token_s(self) -> float | None:
@@ -41,7 +44,11 @@ class EnginePlan:
 
 
 def _simulate(model, machine, plan, w, budgets) -> dict:
-    return fast_simulate(model, machine, plan, w, budgets)
+    """fast_simulate's summary with the load before the first token (`load_s`) and the request with it (`request_s`)."""
+    s = fast_simulate(model, machine, plan, w, budgets)
+    s["load_s"] = load_time_s(model, machine, plan, w.warm)["total_s"]
+    s["request_s"] = s["load_s"] + s["total_s"]
+    return s
 
 
 def _core() -> str:
@@ -57,13 +64,30 @@ def plan_for_engine(engine: str, model: ModelShape, machine: MachineSpec, w: Wor
         rep = plan_with_report(model, machine, w, budgets, confirm=False, seeds=seeds, **planner_kw)
         if not rep.plan.feasible:
             return EnginePlan(engine, None, reason=rep.plan.reason)
-        return EnginePlan(engine, rep.plan, _simulate(model, machine, rep.plan, w, budgets))
+        return EnginePlan(engine, rep.plan, _simulate(model, machine, rep.plan, w, budgets), bound_s=rep.lower_bound_s)
     try:
         plan = e.best_plan(model, machine, w, budgets, planner_kw.get("objective", "token"))
-    except PlanError as exc:
-        return EnginePlan(engine, None, reason=str(exc))
+    except PlanError as exc:  # the engine's own default placements, where one runs: `plan` lists them as baselines
+        plan = _own_policy(e, model, machine, w, budgets)
+        if plan is None:
+            return EnginePlan(engine, None, reason=str(exc))
     notes = unmeasured_notes(engine, machine) + e.plan_notes(model, machine, plan, costs_of(machine, engine))
-    return EnginePlan(engine, plan, _simulate(model, machine, plan, w, budgets), notes=notes)
+    bound = engine_bound_s(model, machine, w, plan, budgets.vram_bytes if e.computes_rest_on_cpu else None)
+    return EnginePlan(engine, plan, _simulate(model, machine, plan, w, budgets), notes=notes, bound_s=bound)
+
+
+def _own_policy(e, model: ModelShape, machine: MachineSpec, w: Workload, budgets: Budgets) -> Plan | None:
+    """The fastest of the engine's own placement policies that runs at the budgets (by request time), or None."""
+    best, best_t = None, float("inf")
+    for fn in e.policies().values():
+        try:
+            p = fn(model, machine, w, budgets)
+            t = _simulate(model, machine, p, w, budgets)["request_s"]
+        except PlanError:
+            continue
+        if t < best_t:
+            best, best_t = p, t
+    return best
 
 
 def unmeasured_notes(engine: str, machine: MachineSpec) -> list[str]:
@@ -108,3 +132,13 @@ def compare_engines(model: ModelShape, machine: MachineSpec, w: Workload, budget
     peers = peer_engine_plans(model, machine, w, budgets, planner_kw.get("objective", "token"), known)
     ours = known.get(core) or plan_for_engine(core, model, machine, w, budgets, seeds=peer_seeds(peers), **planner_kw)
     return {core: ours, **peers}
+
+
+def plan_answer(req: Request, objective: str = "request", floors: dict[str, Plan] | None = None,
+                **kw) -> tuple[PlanReport, dict[str, EnginePlan]]:
+    """The one planner behind `plan`, `pareto` and `whatif`: every peer engine's best plan, then offloadsim's plan
+    seeded with their placements (never worse than any), judged beside `floors` (a sweep's plans for smaller
+    budgets or slower parts). The same request gives the same answer in all three. Keywords: PlanOptions'."""
+    peers = peer_engine_plans(req.model, req.machine, req.workload, req.budgets, objective)
+    opts = PlanOptions(objective=objective, seeds=peer_seeds(peers), floors=floors or {}, **kw)
+    return plan_request(req, opts), peers

@@ -18,7 +18,7 @@ from sim.costs.compute import has_pinned_cpu_grid
 from sim.costs.memory import (HeldBytes, Loader, MemoryUse, account, activation_bytes, held_bytes, shortfall,
                               unit_bytes)
 from sim.costs.tiers import TIER_ROWS, TIERS
-from sim.costs.transfer import Codec
+from sim.costs.transfer import Codec, copy_time_s, pin_time_s, read_time_s
 from sim.run.fast import evaluate
 from sim.analysis.metrics import step_times, summary
 from sim.plan import Budgets, Placement, Plan, Request, Workload
@@ -35,6 +35,18 @@ IN_VRAM = np.array([TIER_ROWS[t].resident for t, _ in OPTIONS])
 COMPRESSED = np.array([TIER_ROWS[t].compressed for t, _ in OPTIONS])
 PINNED = np.array([TIER_ROWS[t].pinned_home for t, _ in OPTIONS])
 ROW_COLUMNS = [c for c in COLUMNS if c not in ("unit", "step", "compute_s", "gate", "link_at_s")]
+STAGED = np.array([TIER_ROWS[t].staged for t, _ in OPTIONS])
+PACKED = np.array([TIER_ROWS[t].packed_reads for t, _ in OPTIONS])
+OBJECTIVES = ("request", "total", "token")
+
+
+def objective_value(objective: str, time_per_token_s: float, total_s: float, load_s: float) -> float:
+    """What the planner minimises: 'request' the time to finish the request from a cold engine (the load before the
+    first token, sim.costs.load, plus the request's total), 'total' the request's total without the load, 'token'
+    the time per output token (ties to the shorter total)."""
+    if objective == "token":
+        return time_per_token_s + 1e-9 * total_s
+    return total_s if objective == "total" else load_s + total_s
 
 
 class Evaluator:
@@ -68,6 +80,7 @@ class Evaluator:
         # the items' steps as runs of one step: a step's end is the latest end of its runs (sim.analysis.metrics.step_times)
         self.runs = np.flatnonzero(np.r_[True, self.step[1:] != self.step[:-1]])
         self.run_steps = Schedule(step=self.step[self.runs], n_steps=gpu.n_steps)
+        self.load_unit = self._load_table()
         self.evaluations = 0
         self._last: tuple = (b"", None)
         self._columns: tuple = (b"", {})
@@ -82,6 +95,40 @@ class Evaluator:
                 moves[ui, st] = (offload_kv_move_s(units[ui], m, w, st), link_at_s(units[ui], m, w, st))
         return np.array([moves[k] for k in zip(self.unit.tolist(), self.step.tolist())],
                         dtype=float).reshape(-1, 2).T
+
+    def _load_table(self) -> np.ndarray:
+        """Per (option, unit): the seconds the unit adds to sim.costs.load.load_time_s (read once and touched, pinned,
+        or copied to VRAM), the same terms per unit; the staging buffers are added per plan (`load_s`)."""
+        m, ratio = self.machine, self.codec.ratio if self.codec else 1.0
+        touch = m.host_memory.first_touch_bytes_per_s
+        sizes, inverse = np.unique(self.nb_int, return_inverse=True)
+        out = np.zeros((len(OPTIONS), len(self.nb)))
+        for j, (tier, _) in enumerate(OPTIONS):
+            row = TIER_ROWS[tier]
+            per = np.zeros(len(sizes))
+            for k, b in enumerate(sizes.tolist()):
+                if not row.reads_storage:
+                    stored = row.stored(b, ratio)
+                    per[k] += read_time_s(stored, m, self.w.warm) + (stored / touch if not row.pinned_home else 0.0)
+                if row.pinned_home:
+                    per[k] += pin_time_s(b, m)
+                if row.resident:
+                    per[k] += copy_time_s(b, m, pinned=False)
+            out[j] = per[inverse.ravel()]
+        return out
+
+    def load_s(self, assign: np.ndarray, s: Settings) -> float:
+        """sim.costs.load.load_time_s(...)['total_s'] of the plan: the seconds before the first token that place its
+        weights."""
+        slots = max(s[2], 1)
+        staged, packed = STAGED[assign], PACKED[assign]
+        ratio = self.codec.ratio if self.codec else 1.0
+        t = float(self.load_unit[assign, np.arange(len(assign))].sum())
+        if staged.any():
+            t += pin_time_s(float(self.nb_int[staged].max()) * slots, self.machine)
+        if packed.any():
+            t += float(self.nb_int[packed].max()) * ratio * slots / self.machine.host_memory.first_touch_bytes_per_s
+        return t
 
     def _all_on(self, device: str, tier: str = "ram_pageable") -> Schedule:
         """The schedule of the plan with every unit in `tier`, computed on `device`."""
@@ -185,7 +232,9 @@ class Evaluator:
         if out is None:
             return None
         sch, r = out
-        return summary(sch, r.c_start, r.c_end, sch.memory, r.cache_hits, r.cache_misses)
+        got = summary(sch, r.c_start, r.c_end, sch.memory, r.cache_hits, r.cache_misses)
+        got["load_s"] = self.load_s(assign, s)
+        return got
 
     def plan(self, assign: np.ndarray, s: Settings, policy: str = "planner") -> Plan:
         placements = tuple(Placement(unit=u.name, tier=OPTIONS[j][0], compute=OPTIONS[j][1])

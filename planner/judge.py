@@ -11,8 +11,9 @@ import numpy as np
 from hwmodels.units import GiB
 from planner.bound import lower_bound
 from planner.choices import OPTIONS
-from planner.evaluator import COMPRESSED, Evaluator, assignment_of, is_planner_runtime, settings_of
+from planner.evaluator import COMPRESSED, Evaluator, assignment_of, is_planner_runtime, objective_value, settings_of
 from planner.search import Outcome
+from sim.costs.load import load_time_s
 from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes, min_vram_bytes
 from sim.costs.tiers import TIER_ROWS
 from sim.costs.transfer import Codec
@@ -30,9 +31,12 @@ BETTER = 1 - 1e-12      # a candidate replaces the best only when this much fast
 class PlanOptions:
     """How to plan (plan_with_report's keywords). `codec`: of the compressed tiers (None: the machine's);
     `tiers`: the tiers allowed (None: all); `allow_cpu`: units may be computed on the CPU; `time_budget_s`: the
-    search's safety net; `confirm`: simulate the chosen plan; `objective`: 'token' (time per token) or 'total';
+    search's safety net; `confirm`: simulate the chosen plan; `objective`: 'request' (the load and the request), 'total' (the request)
+    or 'token' (time per token), planner.evaluator.objective_value;
     `max_evals`: plans the search may score; `progress`: a count on stderr; `seeds`: plans the result must not be
-    worse than."""
+    worse than (searched from, and judged); `floors`: plans judged beside the result only (a sweep's smaller
+    budget or slower part: the result is never slower than any, and equals the plan without them unless one is
+    strictly faster)."""
     codec: Codec | None = None
     tiers: tuple[str, ...] | None = None
     allow_cpu: bool = True
@@ -42,6 +46,7 @@ class PlanOptions:
     max_evals: int | None = None
     progress: bool = False
     seeds: Mapping[str, Plan] = field(default_factory=dict)
+    floors: Mapping[str, Plan] = field(default_factory=dict)
 
     def allowed(self) -> list[tuple[str, str]]:
         """The (tier, device) options the search may use: the allowed tiers and devices, a compressed tier only with
@@ -101,7 +106,8 @@ class Best:
 
 
 def objective_of(s: dict, objective: str) -> float:
-    return s["time_per_token_s"] + 1e-9 * s["total_s"] if objective == "token" else s["total_s"]
+    """The objective of a summary with its load (`load_s`)."""
+    return objective_value(objective, s["time_per_token_s"], s["total_s"], s["load_s"])
 
 
 def infeasible(req: Request) -> Plan:
@@ -147,6 +153,8 @@ def judge(req: Request, opts: PlanOptions, found: Found, t0: float) -> PlanRepor
         summary = simulate(req.model, req.machine, plan, req.workload, req.budgets).summary \
             if len(req.model.units) < SIMPY_MAX_UNITS else fast_simulate(req.model, req.machine, plan, req.workload,
                                                                           req.budgets)
+        summary["load_s"] = load_time_s(req.model, req.machine, plan, req.workload.warm)["total_s"]
+        summary["request_s"] = summary["load_s"] + summary["total_s"]
     return PlanReport(plan, summary, bound, base_times, len(found.scored), time.perf_counter() - t0,
                       converged=converged, stopped=stopped, evaluations=found.evaluations,
                       seeds=best.seeds, chosen_from=chosen_from)
@@ -162,7 +170,8 @@ def _peers(req: Request, opts: PlanOptions, found: Found, best: Best) -> dict:
             base_times[name] = {"error": p}
             continue
         s = simulated(req, p, found.ev_real)
-        base_times[name] = {"time_per_token_s": s["time_per_token_s"], "total_s": s["total_s"]}
+        base_times[name] = {"time_per_token_s": s["time_per_token_s"], "total_s": s["total_s"], "load_s": s["load_s"],
+                            "request_s": s["load_s"] + s["total_s"]}
         own = p.model_copy(update={"policy": "planner", "codec": p.codec or opts.codec, "engine": own_engine()})
         modelled = _evaluable(own, found.ev_real) is not None
         if not (opts.any_placement and (modelled or len(req.model.units) < SIMPY_MAX_UNITS)):
@@ -179,7 +188,7 @@ def _peers(req: Request, opts: PlanOptions, found: Found, best: Best) -> dict:
 
 def _given(req: Request, opts: PlanOptions, ev_real: Evaluator, best: Best) -> None:
     """Offer `best` the plans the result must not be worse than, as given (their own runtime)."""
-    for name, p in opts.seeds.items():
+    for name, p in (*opts.seeds.items(), *((f"floor-{k}", p) for k, p in opts.floors.items())):
         if not opts.any_placement:
             continue
         own = p.model_copy(update={"policy": "planner", "codec": p.codec or opts.codec})
@@ -205,4 +214,6 @@ def simulated(req: Request, p: Plan, ev_real: Evaluator) -> dict:
         s = ev_real.summary(a, settings_of(p))
         if s is not None:
             return s
-    return fast_simulate(req.model, req.machine, p, req.workload, req.budgets)  # raises PlanError when over budget
+    s = fast_simulate(req.model, req.machine, p, req.workload, req.budgets)  # raises PlanError when over budget
+    s["load_s"] = load_time_s(req.model, req.machine, p, req.workload.warm)["total_s"]
+    return s

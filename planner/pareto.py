@@ -1,5 +1,5 @@
-"""Sweeps of the VRAM (and RAM) budget: predicted time per token for the planner and every baseline; plans for a set
-of budgets, monotone over the set by construction."""
+"""Sweeps of the VRAM (and RAM) budget: the predicted time to finish the request (the load of the weights included)
+for the planner and every baseline; plans for a set of budgets, monotone over the set by construction."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +12,8 @@ from hwmodels.specs import MachineSpec
 from hwmodels.files import atomic_path
 from hwmodels.units import GiB
 from planner.core import PlanOptions, PlanReport, peer_plans, plan_request, plan_with_report
+from planner.engines import plan_answer
+from sim.costs.load import load_time_s
 from sim.costs.memory import min_vram_bytes
 from sim.engines import engines
 from sim.plan import OS_RESERVE_BYTES, Budgets, Request, Workload
@@ -73,19 +75,30 @@ def plan_upgrade(model: ModelShape, small: MachineSpec, big: MachineSpec, w: Wor
 
 
 def _rows(reqs: list[Request], time_budget_s, done: Callable[[], None] | None = None) -> list[dict]:
-    """One row per request: the planner's time per token (planned by plan_requests, so the planner's curve never rises
-    with more memory) and every baseline's."""
-    rows = []
-    for req, rep in zip(reqs, plan_requests(reqs, done, confirm=False, time_budget_s=time_budget_s)):
-        row = {"planner": _tpot(req, rep.plan) if rep.plan.feasible else None}
+    """One row per request: the time to finish it (load and run, the planner's objective) for the planner (planned as
+    `plan` plans it, smallest budget first, each judged beside the plans of the budgets it contains: the curve never
+    rises with more memory) and every baseline."""
+    size = [r.budgets.vram_bytes + r.budgets.ram_bytes + r.budgets.pinned_bytes for r in reqs]
+    plans: dict[int, object] = {}
+    rows: dict[int, dict] = {}
+    for i in sorted(range(len(reqs)), key=lambda i: (size[i], i)):
+        req = reqs[i]
+        floors = {f"budget-{j}": p for j, p in plans.items() if contains(req.budgets, reqs[j].budgets)}
+        rep, _ = plan_answer(req, floors=floors, time_budget_s=time_budget_s)
+        row = {"planner": rep.summary["request_s"] if rep.plan.feasible else None}
+        if rep.plan.feasible:
+            plans[i] = rep.plan
         for name, p in peer_plans(req).items():
-            row[name] = None if isinstance(p, str) else _tpot(req, p)
-        rows.append(row)
-    return rows
+            row[name] = None if isinstance(p, str) else _request_s(req, p)
+        rows[i] = row
+        if done is not None:
+            done()
+    return [rows[i] for i in range(len(reqs))]
 
 
-def _tpot(req: Request, p) -> float:
-    return fast_simulate(req.model, req.machine, p, req.workload, req.budgets)["time_per_token_s"]
+def _request_s(req: Request, p) -> float:
+    s = fast_simulate(req.model, req.machine, p, req.workload, req.budgets)
+    return s["total_s"] + load_time_s(req.model, req.machine, p, req.workload.warm)["total_s"]
 
 
 def sweep(model: ModelShape, machine: MachineSpec, w: Workload, points: int = 7, ram: int | None = None,
@@ -131,7 +144,7 @@ def plot(data: dict, path: str | Path) -> None:
                         color="black" if name == "planner" else None)
         ax.set_yscale("log")
         ax.set_xlabel(f"{key.split('_')[0].upper()} budget (GiB)")
-        ax.set_ylabel("predicted time per token (s)")
+        ax.set_ylabel("predicted time to finish the request, load included (s)")
         ax.grid(alpha=0.3)
     if data["cpu_only_time_per_token_s"]:
         axes[0].axhline(data["cpu_only_time_per_token_s"], color="grey", ls=":", label="CPU only")

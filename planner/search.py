@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from planner.evaluator import Evaluator, Settings
+from planner.evaluator import Evaluator, Settings, objective_value
 from planner.choices import OPTIONS
 from sim.engines.common import OFFLOAD_MIN_TOKENS
 
@@ -31,6 +31,8 @@ FUTILE_KICKS = 2          # ... ending after this many in a row that improve not
 EXPLORE_ITEMS = 5_000_000  # a descent (from a further start, or after a kick) begins only while the plans scored so
                            # far times the schedule's items are below this; every descent begun runs to its end
 IMPROVES = 1 - 1e-9       # a move must improve by more than this relative amount
+SWAP_ALL = 24             # models of this many units or fewer try every swap of two units' options, and every
+                          # move and swap with every loader setting
 
 
 @functools.lru_cache(maxsize=256)
@@ -80,6 +82,7 @@ class Search:
         self.seen: dict[tuple[bytes, Settings], float] = {}   # scores already computed (moves revisit plans)
         self.fits: dict[bytes, bool] = {}   # assignments that fit the budgets with the least staging
         self.bar = None   # a tqdm bar on stderr (set by the caller), advanced per plan scored
+        self.floor = None   # a planner.bound.PlanFloor (set by the caller): moves it proves no better are not scored
 
     def explored(self) -> bool:
         """The exploration budget is spent: no further descent begins (the one running ends at a local optimum)."""
@@ -105,7 +108,8 @@ class Search:
             t = self.ev.times(assign, s)
             if self.bar is not None:
                 self.bar.update(1)
-            got = float("inf") if t is None else t[1] + 1e-9 * t[2] if self.objective == "token" else t[2]
+            load = self.ev.load_s(assign, s) if t is not None and self.objective == "request" else 0.0
+            got = float("inf") if t is None else objective_value(self.objective, t[1], t[2], load)
             self.seen[key] = got
         return got
 
@@ -151,33 +155,79 @@ class Search:
                 out += [(pick, b) for b in self.options if b != a for pick in picks]
         return out
 
+    def swaps(self, assign: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(units, options): two units in different options exchange them. Every such pair on a small model
+        (SWAP_ALL units or fewer); on a larger one, neighbours within a group and the middle units of every two
+        (group, option) classes."""
+        n = len(assign)
+        if n <= SWAP_ALL:
+            pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if assign[i] != assign[j]]
+        else:
+            pairs, mids = [], []
+            for g in self.groups:
+                pairs += [(int(g[k]), int(g[k + 1])) for k in range(len(g) - 1) if assign[g[k]] != assign[g[k + 1]]]
+                for a in sorted(set(assign[g].tolist())):
+                    members = g[assign[g] == a]
+                    mids.append(int(members[len(members) // 2]))
+            pairs += [(i, j) for i, j in itertools.combinations(mids, 2) if assign[i] != assign[j]]
+        return [(np.array([i, j]), np.array([assign[j], assign[i]])) for i, j in pairs]
+
+    def _try(self, assign: np.ndarray, units: np.ndarray, to, s: Settings, t: float):
+        """The assignment with `units` moved to `to` and its settings and score, where that improves on `t`."""
+        trial = assign.copy()
+        trial[units] = to
+        akey = self.key(trial)
+        if not self.fit(trial, akey):
+            return None
+        if self.no_better(trial, s, t):
+            return None
+        t2, s2 = self.score(trial, s, akey), s
+        if t2 == float("inf") or (t2 >= t * IMPROVES and len(assign) <= SWAP_ALL):
+            s2, t2 = self.best_settings(trial)  # over budget with these settings, or a small model: every setting
+        return (trial, s2, t2) if t2 < t * IMPROVES else None
+
+    def no_better(self, assign: np.ndarray, s: Settings, t: float) -> bool:
+        """The floor proves every loader setting of `assign` that `_try` scores no better than `t` (the total's
+        objectives only; the load counted with the fewest pinned slots, the least it can be)."""
+        if self.floor is None or self.objective == "token":
+            return False
+        offloads = {s[3], None, OFFLOAD_MIN_TOKENS} if len(assign) <= SWAP_ALL else {s[3]}  # every setting tried
+        lb = min(self.floor.total_s(assign, off) for off in offloads)
+        if self.objective == "request":
+            lb += self.ev.load_s(assign, LEAST_MEMORY)
+        return lb >= t * IMPROVES
+
     def descend(self, assign: np.ndarray, s: Settings, t: float) -> tuple[np.ndarray, Settings, float]:
-        """First-improvement moves, scanned cyclically from the last improving one, then the loader settings, until
-        a whole scan and the settings find no improvement (or a safety net fires)."""
+        """First-improvement moves, scanned cyclically from the last improving one; where none improves, swaps of two
+        units' options, then the loader settings; until a whole scan of all three finds no improvement (or a safety
+        net fires)."""
         pos = 0
         while not self.out_of_budget():
-            improved = False
             moves = self.moves(assign)
+            got = None
             for r in range(len(moves)):
                 if self.out_of_budget():
                     return assign, s, t
-                pick, b = moves[(pos + r) % len(moves)]
-                trial = assign.copy()
-                trial[pick] = b
-                akey = self.key(trial)
-                if not self.fit(trial, akey):
-                    continue
-                t2, s2 = self.score(trial, s, akey), s
-                if t2 == float("inf"):  # over budget with these settings: maybe with fewer staging slots
-                    s2, t2 = self.best_settings(trial)
-                if t2 < t * IMPROVES:
-                    assign, s, t, improved, pos = trial, s2, t2, True, (pos + r) % len(moves)
+                got = self._try(assign, *moves[(pos + r) % len(moves)], s, t)
+                if got:
+                    pos = (pos + r) % len(moves)
                     break
-            if not improved:
-                s2, t2 = self.best_settings(assign)
-                if t2 >= t * IMPROVES:
+            if got:
+                assign, s, t = got
+                continue
+            swapped = False
+            while not self.out_of_budget():  # swaps until none improves, then the moves again
+                got = next(filter(None, (self._try(assign, units, to, s, t) for units, to in self.swaps(assign))),
+                           None)
+                if not got:
                     break
-                s, t = s2, t2
+                (assign, s, t), swapped = got, True
+            if swapped:
+                continue
+            s2, t2 = self.best_settings(assign)
+            if t2 >= t * IMPROVES:
+                break
+            s, t = s2, t2
         return assign, s, t
 
     def run(self, starts: list[tuple[np.ndarray, Settings, float]], kicks: int = KICKS, n_starts: int = 3) -> Outcome:

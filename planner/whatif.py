@@ -1,8 +1,9 @@
-"""What-if capacity planning: a grid of machine variants (storage, VRAM, RAM, link, CPU, GPU), each planned with
-the quick planner and predicted with the fast evaluator; single upgrades ranked by gain."""
+"""What-if capacity planning: a grid of machine variants (storage, VRAM, RAM, link, CPU, GPU), each planned by the
+planner behind `plan` (the same answer for the same combination); single upgrades ranked by gain."""
 from __future__ import annotations
 
 import itertools
+import json
 from concurrent.futures import ProcessPoolExecutor
 
 from tqdm import tqdm
@@ -11,8 +12,8 @@ from hwmodels.files import atomic_path
 from hwmodels.presets import get_part
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, InputError, parse_bytes, parse_link
-from planner.quick import quick_plan
-from sim.plan import OS_RESERVE_BYTES, Budgets, Request, Workload
+from planner.engines import plan_answer
+from sim.plan import OS_RESERVE_BYTES, Budgets, Plan, Request, Workload
 from sim.model.shapes import ModelShape
 
 KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu")
@@ -72,81 +73,151 @@ def variant(machine: MachineSpec, combo: dict[str, str]) -> tuple[MachineSpec, d
     return m, budget
 
 
+ORDERED = ("vram", "ram", "link", "storage")  # axes on which more never hurts: a plan for less runs on more, no slower
+OBJECTIVE_KEY = {"request": "request_s", "total": "total_s", "token": "time_per_token_s"}
+ROW_KEYS = ("ttft_s", "time_per_token_s", "tokens_per_s", "total_s", "load_s", "request_s", "bottleneck")
 _CTX: dict = {}
 
 
-def _init(model, machine, w) -> None:
+def _init(model, machine, w, objective) -> None:
     """Worker set-up: the model, machine and workload are sent once, not with every combination."""
-    _CTX.update(model=model, machine=machine, w=w)
+    _CTX.update(model=model, machine=machine, w=w, objective=objective)
 
 
-def _one(combo: dict) -> dict:
-    return evaluate(_CTX["model"], _CTX["machine"], _CTX["w"], combo)
-
-
-def evaluate(model: ModelShape, machine: MachineSpec, w: Workload, combo: dict) -> dict:
-    """One combination of machine changes (KEYS) planned and predicted: the row whatif and the sweeps report."""
+def _request(combo: dict) -> tuple[Request | None, str]:
+    """The combination's request, or None and why it cannot be planned (a VRAM beyond the GPU)."""
+    model, machine, w = _CTX["model"], _CTX["machine"], _CTX["w"]
     m, budget = variant(machine, combo)
     if budget.get("vram", 0) > m.gpu.vram_bytes:  # more VRAM needs a larger GPU: vary gpu= for it
-        return {"combo": combo, "feasible": False,
-                "reason": f"vram={combo['vram']} exceeds the {m.gpu.name}'s {m.gpu.vram_bytes / GiB:.2f} GiB; "
-                          "vary gpu= to get more VRAM"}
-    b = Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))
-    plan, s = quick_plan(Request(model, m, w, b))
-    if plan is None:
-        return {"combo": combo, "feasible": False}
-    return {"combo": combo, "feasible": True, "policy": plan.policy, "ttft_s": s["ttft_s"],
-            "time_per_token_s": s["time_per_token_s"], "tokens_per_s": s["tokens_per_s"], "bottleneck": s["bottleneck"]}
+        return None, (f"vram={combo['vram']} exceeds the {m.gpu.name}'s {m.gpu.vram_bytes / GiB:.2f} GiB; "
+                      "vary gpu= to get more VRAM")
+    return Request(model, m, w, Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))), ""
 
 
-ORDERED = ("vram", "ram", "link")  # axes on which more never hurts: a plan for less runs on more, no slower
+def evaluate(model: ModelShape, machine: MachineSpec, w: Workload, combo: dict, objective: str = "request") -> dict:
+    """One combination of machine changes (KEYS) planned as `plan` plans it and predicted: the row whatif and the
+    sweeps report (planner/sweep.py)."""
+    _init(model, machine, w, objective)
+    return _one(combo, {})[0]
+
+
+def _one(combo: dict, floors: dict[str, Plan]) -> tuple[dict, Plan | None]:
+    """A combination planned by `plan`'s planner (planner.engines.plan_answer), judged beside `floors`."""
+    req, why = _request(combo)
+    if req is None:
+        return {"combo": combo, "feasible": False, "reason": why}, None
+    rep, _ = plan_answer(req, _CTX["objective"], floors=floors)
+    if not rep.plan.feasible:
+        return {"combo": combo, "feasible": False}, None
+    row = {"combo": combo, "feasible": True, "policy": rep.plan.policy, **{k: rep.summary[k] for k in ROW_KEYS}}
+    if rep.chosen_from.startswith("given-floor-"):  # a smaller budget's or slower part's plan, strictly faster here
+        row["plan_from"] = rep.chosen_from.removeprefix("given-floor-")
+    return row, rep.plan
+
+
+def _chain(combos: list[dict]) -> list[dict]:
+    """Plan `combos` (equal on the unordered axes) from the least up, each judged beside the plans of its neighbours
+    with one ordered axis lower: a plan for less fits and runs on more no slower, so along every ordered axis the
+    answers never get slower (monotone by construction)."""
+    ranks = _CTX["ranks"]
+    order = sorted(range(len(combos)), key=lambda i: [ranks[k][combos[i][k]] for k in ranks])
+    plans: dict[int, Plan] = {}
+    rows: dict[int, dict] = {}
+    for i in order:
+        c = combos[i]
+        floors = {json.dumps(combos[j], sort_keys=True): plans[j] for j in plans
+                  if _below(combos[j], c, ranks)}
+        rows[i], plan = _one(c, floors)
+        if plan is not None:
+            plans[i] = plan
+    return [rows[i] for i in range(len(combos))]
+
+
+def _below(a: dict, b: dict, ranks: dict) -> bool:
+    """`a` differs from `b` on one ordered axis only, where it has less (a storage: slower in every rate)."""
+    diff = [k for k in b if a[k] != b[k]]
+    return len(diff) == 1 and diff[0] in ranks and ranks[diff[0]][a[diff[0]]] < ranks[diff[0]][b[diff[0]]] and \
+        (diff[0] != "storage" or _slower_storage(a["storage"], b["storage"]))
+
+
+def _slower_storage(a: str, b: str) -> bool:
+    x, y = get_part("storage", a)[0], get_part("storage", b)[0]
+    return (x.cold_read_bytes_per_s <= y.cold_read_bytes_per_s and x.cache_read_bytes_per_s <= y.cache_read_bytes_per_s
+            and x.request_latency_s >= y.request_latency_s and x.queue_depth <= y.queue_depth)
 
 
 def _rank(machine: MachineSpec, key: str, value: str) -> float:
     if key in ("vram", "ram"):
         return float(parse_bytes(value, key))
+    if key == "storage":
+        return get_part("storage", value)[0].cold_read_bytes_per_s
     return variant(machine, {"link": value})[0].link.pinned_h2d_bytes_per_s
 
 
-def monotone(rows: list[dict], keys: list[str], vary: dict[str, list[str]], machine: MachineSpec) -> None:
-    """More VRAM, RAM or a faster link never reads as slower: a combination whose neighbour with less of one ordered
-    axis (the rest equal) is faster takes that neighbour's plan, which fits and runs here at most as slow (the same
-    budgets or larger, the same copies or faster); its row says so ('plan_from') and keeps the neighbour's time, an
-    upper bound here. Rows are visited from the least of every ordered axis up, so a chain carries through."""
+def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, list[str]], workers: int = 2,
+         progress: bool = True, objective: str = "request") -> dict:
+    """Every combination of `vary` planned as `plan` plans it; chains of combinations that differ on ordered axes
+    only run in order (monotone), separate chains (other CPUs or GPUs) on `workers` processes."""
+    keys = list(vary)
+    combos = [dict(zip(keys, vals)) for vals in itertools.product(*(vary[k] for k in keys))]
+    ranks = {k: {v: _rank(machine, k, v) for v in vary[k]} for k in keys if k in ORDERED}
+    chains: dict[tuple, list[dict]] = {}
+    for c in combos:
+        chains.setdefault(tuple(c[k] for k in keys if k not in ranks), []).append(c)
+    _init(model, machine, w, objective)
+    _CTX["ranks"] = ranks
+    if workers > 1 and len(chains) > 1:
+        with ProcessPoolExecutor(workers, initializer=_init_ranks, initargs=(model, machine, w, objective, ranks)) as pool:
+            done = list(tqdm(pool.map(_chain, chains.values()), total=len(chains), disable=not progress,
+                             desc="what-if"))
+    else:
+        done = [_chain(ch) for ch in tqdm(chains.values(), disable=not progress, desc="what-if")]
+    by_combo = {json.dumps(r["combo"], sort_keys=True): r for rows in done for r in rows}
+    rows = [by_combo[json.dumps(c, sort_keys=True)] for c in combos]
+    return {"model": model.name, "machine": machine.name, "objective": objective,
+            **summarize(rows, vary, machine, objective)}
+
+
+def monotone(rows: list[dict], keys: list[str], vary: dict[str, list[str]], machine: MachineSpec,
+             objective: str = "request") -> None:
+    """For rows planned apart (the sweeps): more VRAM, RAM, a faster link or a faster disk never reads as slower. A
+    combination whose neighbour with less of one ordered axis (the rest equal) is faster takes that neighbour's plan,
+    which fits and runs here at most as slow; its row says so ('plan_from') and keeps the neighbour's times, an upper
+    bound here. Rows are visited from the least of every ordered axis up, so a chain carries through. Rows planned by
+    `grid` already are."""
+    key = OBJECTIVE_KEY[objective]
     rank = {k: {v: _rank(machine, k, v) for v in vary[k]} for k in keys if k in ORDERED}
     index = {tuple(r["combo"][k] for k in keys): r for r in rows}
     for row in sorted(rows, key=lambda r: [rank[k][r["combo"][k]] if k in rank else 0.0 for k in keys]):
         if not row["feasible"] and "reason" in row:  # a VRAM beyond the GPU: nothing runs there
             continue
         for k, ranks in rank.items():
-            below = [v for v in vary[k] if ranks[v] < ranks[row["combo"][k]]]
+            below = [v for v in vary[k] if ranks[v] < ranks[row["combo"][k]]
+                     and (k != "storage" or _slower_storage(v, row["combo"][k]))]
             if not below:
                 continue
             prev = index[tuple((max(below, key=ranks.get) if kk == k else row["combo"][kk]) for kk in keys)]
-            if prev["feasible"] and (not row["feasible"] or prev["time_per_token_s"] < row["time_per_token_s"]):
-                row.update({key: prev[key] for key in ("feasible", "policy", "ttft_s", "time_per_token_s",
-                                                        "tokens_per_s", "bottleneck")})
+            if prev["feasible"] and (not row["feasible"] or prev[key] < row[key]):
+                row.update({name: prev[name] for name in ("feasible", "policy", *ROW_KEYS)})
                 row["plan_from"] = prev.get("plan_from", prev["combo"])
 
 
-def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, list[str]], workers: int = 2,
-         progress: bool = True) -> dict:
-    keys = list(vary)
-    combos = [dict(zip(keys, vals)) for vals in itertools.product(*(vary[k] for k in keys))]
-    if workers > 1 and len(combos) > 50:
-        with ProcessPoolExecutor(workers, initializer=_init, initargs=(model, machine, w)) as pool:
-            rows = list(tqdm(pool.map(_one, combos, chunksize=64), total=len(combos), disable=not progress, desc="what-if"))
-    else:
-        _init(model, machine, w)
-        rows = [_one(c) for c in tqdm(combos, disable=not progress, desc="what-if")]
-    return {"model": model.name, "machine": machine.name, **summarize(rows, vary, machine)}
-
-
-def summarize(rows: list[dict], vary: dict[str, list[str]], machine: MachineSpec) -> dict:
+def summarize(rows: list[dict], vary: dict[str, list[str]], machine: MachineSpec, objective: str = "request") -> dict:
     """Every row of the full grid made monotone (in place), the base (each key's first value) and the single
-    upgrades from it ranked by speedup: {'base', 'rows', 'upgrades'}."""
+    upgrades from it ranked by speedup on the objective: {'base', 'rows', 'upgrades'}."""
     keys = list(vary)
-    monotone(rows, keys, vary, machine)
+    monotone(rows, keys, vary, machine, objective)
+    return {"base": {k: vary[k][0] for k in keys}, "rows": rows, "upgrades": _upgrades(rows, keys, vary, objective)}
+
+
+def _init_ranks(model, machine, w, objective, ranks) -> None:
+    _init(model, machine, w, objective)
+    _CTX["ranks"] = ranks
+
+
+def _upgrades(rows: list[dict], keys: list[str], vary: dict[str, list[str]], objective: str) -> list[dict]:
+    """Each single change from the base (every key's first value), ranked by its speedup on the objective."""
+    key = OBJECTIVE_KEY[objective]
     base = {k: vary[k][0] for k in keys}
     index = {tuple(r["combo"][k] for k in keys): r for r in rows}
     b = index[tuple(base[k] for k in keys)]
@@ -156,9 +227,9 @@ def summarize(rows: list[dict], vary: dict[str, list[str]], machine: MachineSpec
             r = index[tuple((v if kk == k else base[kk]) for kk in keys)]
             if r["feasible"] and b["feasible"]:
                 upgrades.append({"change": f"{k}={v}", "time_per_token_s": r["time_per_token_s"],
-                                 "speedup": b["time_per_token_s"] / r["time_per_token_s"]})
+                                 "request_s": r["request_s"], "speedup": b[key] / r[key]})
     upgrades.sort(key=lambda u: -u["speedup"])
-    return {"base": base, "rows": rows, "upgrades": upgrades}
+    return upgrades
 
 
 def plot(data: dict, path: str) -> None:

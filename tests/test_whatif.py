@@ -6,15 +6,18 @@ import pytest
 from hwmodels.units import InputError
 from offloadsim.cli import main
 from planner.whatif import parse_vary
+from sim.model.resolve import load_model
+from sim.plan import Workload
 
 
 def test_whatif_grid_and_ranking(capsys, tmp_path):
-    rc = main(["whatif", "qwen3-14b", "--machine", "rtx3080-laptop", "--vary", "link=pcie4,pcie3,pcie5",
-               "--vary", "vram=4GiB,6GiB", "--json", "--workers", "1", "--plot", str(tmp_path / "w.png")])
+    rc = main(["whatif", "llama-3.1-8b", "--machine", "rtx3080-laptop", "--vary", "link=pcie4,pcie3",
+               "--vary", "vram=4GiB,6GiB", "--prompt-tokens", "16", "--json", "--workers", "1", "--plot",
+               str(tmp_path / "w.png")])
     data = json.loads(capsys.readouterr().out)
-    assert rc == 0 and len(data["rows"]) == 6
+    assert rc == 0 and len(data["rows"]) == 4
     ups = {u["change"]: u["speedup"] for u in data["upgrades"]}
-    assert set(ups) == {"link=pcie3", "link=pcie5", "vram=6GiB"}  # both VRAM values fit the 7.45 GiB GPU
+    assert set(ups) == {"link=pcie3", "vram=6GiB"}  # both VRAM values fit the 7.45 GiB GPU
     assert ups["vram=6GiB"] >= 1.0 and ups["link=pcie3"] <= 1.0 + 1e-9  # more VRAM never slower, a slower link never faster
     assert list(ups.values()) == sorted(ups.values(), reverse=True)
     assert (tmp_path / "w.png").stat().st_size > 1000
@@ -42,8 +45,8 @@ def test_parse_vary_refuses_an_empty_value_list():
 
 
 def test_pareto(capsys, tmp_path):
-    rc = main(["pareto", "qwen3-14b", "--machine", "rtx3080-laptop", "--points", "2", "--new-tokens", "3",
-               "--chart", str(tmp_path / "p.png"), "--json"])
+    rc = main(["pareto", "llama-3.1-8b", "--machine", "rtx3080-laptop", "--points", "2", "--new-tokens", "3",
+               "--prompt-tokens", "16", "--chart", str(tmp_path / "p.png"), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and len(data["by_vram"]) == 2 and (tmp_path / "p.png").exists()
     for row in data["by_vram"]:
@@ -80,26 +83,18 @@ def test_whatif_link_lanes_change_the_copy_speed():
     assert x1.link.lanes == 1 and x16.link.lanes == 16
 
 
-def test_whatif_rows_are_monotone_in_vram_ram_and_link():
-    """A combination with more VRAM or a faster link (the rest equal) that the quick planner scored slower takes its
-    smaller neighbour's plan and time; the chain carries through. Hand-built rows: 4 GiB 1.5 s, 6 GiB 2.0 s (the quick
-    planner's miss), 8 GiB 1.8 s; a VRAM beyond the GPU stays infeasible."""
+def test_whatif_rows_are_plan_answers_and_monotone_in_vram():
+    """Each combination's row is what `plan` answers for that machine and budgets (the same planner), and more VRAM
+    never reads as slower; a VRAM beyond the GPU stays infeasible with its reason."""
     from hwmodels.presets import load_machine
-    from planner.whatif import monotone
-    m = load_machine("rtx3080-laptop")
-
-    def row(v, link, t):
-        return {"combo": {"vram": v, "link": link}, "feasible": True, "policy": f"p{v}{link}", "ttft_s": t,
-                "time_per_token_s": t, "tokens_per_s": 1 / t, "bottleneck": "copy"}
-    rows = [row("6GiB", "pcie4", 2.0), row("4GiB", "pcie4", 1.5), row("8GiB", "pcie4", 1.8),
-            row("4GiB", "pcie5", 1.6), row("6GiB", "pcie5", 1.2), row("8GiB", "pcie5", 1.3),
-            {"combo": {"vram": "16GiB", "link": "pcie4"}, "feasible": False, "reason": "vram beyond the GPU"},
-            {"combo": {"vram": "16GiB", "link": "pcie5"}, "feasible": False, "reason": "vram beyond the GPU"}]
-    vary = {"vram": ["6GiB", "4GiB", "8GiB", "16GiB"], "link": ["pcie4", "pcie5"]}
-    monotone(rows, ["vram", "link"], vary, m)
-    t = {(r["combo"]["vram"], r["combo"]["link"]): r.get("time_per_token_s") for r in rows}
-    assert t[("6GiB", "pcie4")] == 1.5 and t[("8GiB", "pcie4")] == 1.5             # from 4 GiB, through 6 GiB
-    assert rows[0]["plan_from"] == {"vram": "4GiB", "link": "pcie4"} == rows[2]["plan_from"]
-    assert t[("4GiB", "pcie5")] == 1.5                                               # the faster link: at most pcie4's
-    assert t[("6GiB", "pcie5")] == 1.2 and t[("8GiB", "pcie5")] == 1.2
-    assert t[("16GiB", "pcie4")] is None and not rows[6]["feasible"]
+    from planner.engines import plan_answer
+    from planner.whatif import grid, variant
+    from sim.plan import Budgets, Request
+    m, q = load_machine("rtx3080-laptop"), load_model("llama-3.1-8b")
+    w = Workload(prompt_tokens=16, new_tokens=3)
+    data = grid(q, m, w, {"vram": ["4GiB", "3GiB", "64GiB"]}, workers=1, progress=False)
+    t = {r["combo"]["vram"]: r.get("request_s") for r in data["rows"]}
+    assert t["4GiB"] <= t["3GiB"] and t["64GiB"] is None and "vary gpu=" in data["rows"][2]["reason"]
+    mach, budget = variant(m, {"vram": "4GiB"})
+    rep, _ = plan_answer(Request(q, mach, w, Budgets.of(mach, vram=budget["vram"])))
+    assert rep.summary["request_s"] == t["4GiB"]
