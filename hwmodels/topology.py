@@ -43,18 +43,22 @@ def attached(machine: MachineSpec) -> tuple[GpuAttach, ...]:
     return machine.topology.gpus if machine.topology else (GpuAttach(gpu=machine.gpu, link=machine.link),)
 
 
-def shared_rates(machine: MachineSpec) -> list[tuple[float, float]]:
-    """Each GPU's (pinned, pageable) host-to-device speed while every GPU streams (the module's sharing rule)."""
+def shared_rates(machine: MachineSpec, active: set[int] | None = None) -> list[tuple[float, float]]:
+    """Each GPU's (pinned, pageable) host-to-device speed while the `active` GPUs (default: all) stream together
+    (the module's sharing rule); a GPU not active gets its speed as if it streamed alone beside them."""
     gpus = attached(machine)
     if len(gpus) == 1:
         return [(machine.link.pinned_h2d_bytes_per_s, machine.link.pageable_h2d_bytes_per_s)]
     topo = machine.topology
-    users = {s: sum(s in a.shares for a in gpus) for s in topo.shared_bytes_per_s}
+    on = set(range(len(gpus))) if active is None else active
+    users = {s: max(sum(s in a.shares for g, a in enumerate(gpus) if g in on), 1) for s in topo.shared_bytes_per_s}
     caps = [min([topo.shared_bytes_per_s[s] / users[s] for s in a.shares], default=float("inf")) for a in gpus]
     pinned = [min(a.link.pinned_h2d_bytes_per_s, c) for a, c in zip(gpus, caps)]
     pageable = [min(a.link.pageable_h2d_bytes_per_s, c) for a, c in zip(gpus, caps)]
     host = machine.host_memory.bandwidth_bytes_per_s
-    fp, fq = min(1.0, host / sum(pinned)), min(1.0, host / sum(pageable))
+    busy = [g for g in range(len(gpus)) if g in on] or [0]
+    fp = min(1.0, host / sum(pinned[g] for g in busy))
+    fq = min(1.0, host / sum(pageable[g] for g in busy))
     return [(p * fp, q * fq) for p, q in zip(pinned, pageable)]
 
 

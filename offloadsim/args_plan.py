@@ -45,7 +45,8 @@ def add_whatif(sub: argparse._SubParsersAction, model_args, machine_args) -> Non
     model_args(p)
     machine_args(p)
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
-                   help="storage=PRESETS, vram=SIZES, ram=SIZES, link=pcie3,pcie4,..., cpu=PRESETS, gpu=PRESETS")
+                   help="storage=PRESETS, vram=SIZES, ram=SIZES, link=pcie3,pcie4,..., cpu=PRESETS, gpu=PRESETS, "
+                   "gpus=1,2 (GPU count), context=4k,32k,128k (prompt plus generated tokens)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=3)

@@ -285,7 +285,7 @@ def whatif_cmd(args: argparse.Namespace) -> int:
 
 def _check_vary(items: list[str]) -> int:
     """Each --vary is KEY=V1,V2 with a known key, given once, with distinct non-empty values; returns the combinations."""
-    keys = ("storage", "vram", "ram", "link", "cpu", "gpu")
+    keys = ("storage", "vram", "ram", "link", "cpu", "gpu", "gpus", "context")
     seen: set[str] = set()
     combos = 1
     for item in items:

@@ -1,5 +1,7 @@
-"""What-if capacity planning: a grid of machine variants (storage, VRAM, RAM, link, CPU, GPU), each planned with
-the quick planner and predicted with the fast evaluator; single upgrades ranked by gain."""
+"""What-if capacity planning: a grid of machine variants (storage, VRAM, RAM, link, CPU, GPU, GPU count) and
+contexts, each planned with the quick planner (with several GPUs or a context varied, the planner that also places
+the KV cache and splits layers over GPUs: planner.devices) and predicted with the fast evaluator; single upgrades
+ranked by gain."""
 from __future__ import annotations
 
 import itertools
@@ -9,18 +11,21 @@ from tqdm import tqdm
 
 from hwmodels.presets import get_part
 from hwmodels.specs import MachineSpec
+from hwmodels.topology import with_gpus
 from hwmodels.units import GiB, InputError, parse_bytes, parse_link
+from planner.devices import plan_devices
 from planner.quick import quick_plan
 from sim.plan import OS_RESERVE_BYTES, Budgets, Request, Workload
 from sim.model.shapes import ModelShape
 
-KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu")
+KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu", "gpus", "context")
+PLACED = ("gpus", "context")  # keys whose grids the planner that places the KV cache and splits layers answers
 
 
 def parse_vary(items: list[str]) -> dict[str, list[str]]:
     """['storage=sata,nvme-gen4', 'vram=8GiB,16GiB'] -> {'storage': [...], 'vram': [...]}, checked."""
     example = {"storage": "sata,nvme-gen4", "vram": "8GiB,16GiB", "ram": "32GiB,64GiB", "link": "pcie3,pcie4",
-               "cpu": "laptop-8core,desktop-8core", "gpu": "rtx4090,rtx5090"}
+               "cpu": "laptop-8core,desktop-8core", "gpu": "rtx4090,rtx5090", "gpus": "1,2", "context": "4k,32k,128k"}
     out: dict[str, list[str]] = {}
     for item in items:
         key, _, values = item.partition("=")
@@ -36,8 +41,36 @@ def parse_vary(items: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def context_tokens(v: str) -> int:
+    """A context length: '4096', or '4k' / '128K' (k = 1024 tokens); raises InputError naming the value."""
+    text = v.strip().lower()
+    scale = 1024 if text.endswith("k") else 1
+    digits = text[:-1] if scale > 1 else text
+    if not digits.isdigit() or not 1 <= int(digits) * scale <= 1 << 20:
+        raise InputError(f"context: {v!r} is not a context length; give tokens such as 4096 or 4k (up to 1024k).")
+    return int(digits) * scale
+
+
+def gpus_count(v: str) -> int:
+    """A GPU count 1-16; raises InputError naming the value."""
+    if not v.strip().isdigit() or not 1 <= int(v) <= 16:
+        raise InputError(f"gpus: {v!r} is not a GPU count; give whole numbers from 1 to 16, e.g. gpus=1,2.")
+    return int(v)
+
+
+def workload_for(w: Workload, combo: dict[str, str]) -> Workload:
+    """The workload of a combination: a varied context is the prompt plus the tokens generated."""
+    if "context" not in combo:
+        return w
+    return w.model_copy(update={"prompt_tokens": max(context_tokens(combo["context"]) - w.new_tokens, 1)})
+
+
 def _check(key: str, v: str) -> None:
-    if key in ("vram", "ram"):
+    if key == "context":
+        context_tokens(v)
+    elif key == "gpus":
+        gpus_count(v)
+    elif key in ("vram", "ram"):
         parse_bytes(v, key)
     elif key == "link":
         gen, lanes = parse_link(v, key)
@@ -66,6 +99,8 @@ def variant(machine: MachineSpec, combo: dict[str, str]) -> tuple[MachineSpec, d
         elif key == "vram":
             budget["vram"] = parse_bytes(v, "vram")
     m = machine.model_copy(update=update)
+    if "gpus" in combo:  # after the parts: N of the (possibly swapped) GPU
+        m = with_gpus(m, gpus_count(combo["gpus"]))
     if "gpu" in combo and "vram" not in budget:
         budget["vram"] = m.gpu.vram_bytes
     return m, budget
@@ -87,7 +122,8 @@ def _one(combo: dict) -> dict:
                 "reason": f"vram={combo['vram']} exceeds the {m.gpu.name}'s {m.gpu.vram_bytes / GiB:.2f} GiB; "
                           "vary gpu= to get more VRAM"}
     b = Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))
-    plan, s = quick_plan(Request(model, m, w, b))
+    placed = any(k in combo for k in PLACED) or m.gpu_count > 1
+    plan, s = (plan_devices if placed else quick_plan)(Request(model, m, workload_for(w, combo), b))
     if plan is None:
         return {"combo": combo, "feasible": False}
     return {"combo": combo, "feasible": True, "policy": plan.policy, "ttft_s": s["ttft_s"],
