@@ -27,6 +27,10 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p.add_argument("--export", choices=ENGINES, default=None,
                    help="print an engine's arguments for the plan (with --engine, that engine's own)")
     p.add_argument("--explain", action="store_true", help="per-unit placement and stall contribution")
+    p.add_argument("--kv", choices=["auto", "vram", "pinned", "pageable", "cpu"], default=None,
+                   help="place the KV cache: in VRAM, in pinned or pageable RAM copied per step, or in RAM with "
+                   "attention on the CPU; auto: the planner trades it against weight residency (with --gpus N > 1 "
+                   "the default)")
     p.add_argument("--json", action="store_true")
 
     q = sub.add_parser("pareto", help="predicted time per token against the VRAM and RAM budgets, every planner")

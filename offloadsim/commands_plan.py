@@ -122,6 +122,9 @@ def plan_cmd(args: argparse.Namespace) -> int:
     budgets = resolve_budgets(args, machine)
     model = resolve_model(args)
     limits.check_request(model, machine, w)
+    if machine.gpu_count > 1 or getattr(args, "kv", None):
+        from offloadsim.commands_devices import devices_plan_cmd
+        return devices_plan_cmd(args, out, model, machine, w, budgets)
     planner_kw = {"objective": args.objective, "time_budget_s": args.time_budget, "progress": True}
     if not engine_of(engine).plans_itself:
         return _engine_plan_cmd(args, engine, out, model, machine, w, budgets, planner_kw)

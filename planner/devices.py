@@ -13,6 +13,7 @@ from hwmodels.topology import attached
 from planner.quick import quick_plan
 from sim.costs.memory import PlanError, activation_bytes, check_plan, unit_kv_bytes
 from sim.engines.accelerate.balanced import balanced_map, balanced_memory, max_memory_arg
+from sim.engines import engine_of, own_engine
 from sim.engines.common import OFFLOAD_MIN_TOKENS, make_plan
 from sim.engines.llamacpp.split import layer_devices, split_args
 from sim.plan import KV_HOMES, Plan, Request
@@ -45,7 +46,7 @@ def _residents(req: Request, mine: list[int], kv_home: str, slots: int) -> set[i
     units, w = req.model.units, req.workload
     kv = unit_kv_bytes(req.model, w)
     held_kv = sum(kv[i] for i in mine) if kv_home == "vram" else 0 if kv_home == "cpu" else \
-        slots * max((kv[i] for i in mine), default=0)
+        2 * max((kv[i] for i in mine), default=0)
     left = req.budgets.vram_bytes - held_kv - activation_bytes(req.model, w)
     if sum(units[i].nbytes for i in mine) <= left:
         return set(mine)
@@ -111,7 +112,8 @@ def plan_devices(req: Request, kv_homes: tuple[str, ...] = KV_HOMES) -> tuple[Pl
     slots) and, on one GPU, the quick planner's plan, on several the peers' splits: (plan, its summary) or
     (None, {})."""
     cands = []
-    for kv_home, rest in ((k, r) for k in kv_homes for r in ("stream", "cpu")):
+    own = [k for k in kv_homes if k in engine_of(own_engine()).kv_homes]
+    for kv_home, rest in ((k, r) for k in own for r in ("stream", "cpu")):
         for slots in (3, 2, 1):
             try:
                 cands.append(own_plan(req, kv_home, slots, rest))
@@ -123,7 +125,7 @@ def plan_devices(req: Request, kv_homes: tuple[str, ...] = KV_HOMES) -> tuple[Pl
         if plan is not None:
             cands.append(plan)
     else:  # the peers' own splits, which a user can deploy as they are
-        for make in (llamacpp_split, accelerate_balanced):
+        for make in _peer_splits(kv_homes):
             try:
                 cands.append(make(req)[0])
             except PlanError:
@@ -136,10 +138,19 @@ def plan_devices(req: Request, kv_homes: tuple[str, ...] = KV_HOMES) -> tuple[Pl
     return best, best_s
 
 
-def llamacpp_split(req: Request) -> tuple[Plan, str]:
+def _peer_splits(kv_homes: tuple[str, ...]) -> list:
+    """The peers' placements over several GPUs for these KV places: llama.cpp's split (and with -nkvo), Accelerate's."""
+    out = [llamacpp_split]
+    if "cpu" in kv_homes:
+        out.append(lambda req: llamacpp_split(req, "cpu"))
+    return out + [accelerate_balanced]
+
+
+def llamacpp_split(req: Request, kv_home: str = "vram") -> tuple[Plan, str]:
     """llama.cpp with --split-mode layer over the machine's GPUs, -ts their VRAM budgets (its default split: each
     device's free memory) and the largest -ngl whose share fits every GPU; the rest computed on the CPU from the
-    mapped file, the embedding there too. Returns the plan and its arguments; raises PlanError when nothing fits."""
+    mapped file, the embedding there too; with `kv_home` 'cpu', -nkvo (the cache in RAM, attention on the CPU).
+    Returns the plan and its arguments; raises PlanError when nothing fits."""
     model, n = req.model, req.machine.gpu_count
     ts = [req.budgets.vram_bytes / 2**30] * n
     n_layer = model.n_blocks
@@ -153,12 +164,14 @@ def llamacpp_split(req: Request) -> tuple[Plan, str]:
             if dev is None:
                 compute[u.name] = "cpu"
             devices.append(dev or 0)
-        plan = make_plan(model, req.machine, "llamacpp-split", tiers, compute, prefetch_depth=0, vram_slots=1,
-                         pinned_slots=0, pinned_staging=False, engine="llamacpp",
-                         gpu_offload_min_tokens=OFFLOAD_MIN_TOKENS, devices=tuple(devices) if n > 1 else None)
+        nkvo = kv_home == "cpu"
+        plan = make_plan(model, req.machine, "llamacpp-split" + ("-nkvo" if nkvo else ""), tiers, compute,
+                         prefetch_depth=0, vram_slots=1, pinned_slots=0, pinned_staging=False, engine="llamacpp",
+                         gpu_offload_min_tokens=OFFLOAD_MIN_TOKENS, devices=tuple(devices) if n > 1 else None,
+                         kv="cpu" if nkvo else None)
         try:
             check_plan(model, plan, req.workload, req.budgets)
-            return plan, split_args(ngl, ts)
+            return plan, split_args(ngl, ts) + (" -nkvo" if nkvo else "")
         except PlanError as exc:
             err = exc
     raise err
@@ -194,7 +207,7 @@ def compare(req: Request) -> list[dict]:
     plan, s = plan_devices(req)
     rows.append({"engine": plan.engine if plan else "offloadsim", "plan": plan, "summary": s, "export": "",
                  "reason": "" if plan else "no plan fits the budgets"})
-    for engine, make in (("llamacpp", llamacpp_split), ("accelerate", accelerate_balanced)):
+    for engine, make in zip(("llamacpp", "llamacpp", "accelerate"), _peer_splits(("cpu",))):
         try:
             p, export = make(req)
         except PlanError as exc:

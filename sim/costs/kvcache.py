@@ -3,8 +3,8 @@
 Equations (pure; SI units):
 - growth: a layer holds kv_bytes_per_token x batch x (context + new tokens) after a step (16-bit cache);
 - copied per step (Plan.kv 'pinned' or 'pageable'): before a decode step the GPU needs the layer's cache so far,
-  kv_bytes / link speed after the copy's fixed cost; the step's new entries go back on the other direction's copy
-  engine and are not charged; at the prompt's step the cache is written, not read, so nothing is copied in;
+  kv_bytes / link speed after the copy's fixed cost; the step's new entries go back (a few KiB a layer) and are not
+  charged; at the prompt's step the cache is written, not read, so nothing is copied in;
 - attention on the CPU (Plan.kv 'cpu', llama.cpp's -nkvo): the layer's attention runs where the cache lives, a
   roofline of its FLOPs at the CPU's rate and the cache's bytes at the CPU's memory speed, in place of the GPU's
   (the same roofline on the GPU), plus the round trip of its inputs and output over the link.

@@ -242,7 +242,8 @@ def device_uses(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) ->
     """The memory use of each GPU of a plan over several GPUs or with its KV cache placed in RAM: each GPU's VRAM
     (its units' resident weights, its staging slots, the KV cache it holds, the activations), and in every entry
     the host's totals (RAM and pinned weights, KV cache in RAM, pinned staging slots: one pool) and the page cache the
-    RAM budget leaves. A KV cache in RAM leaves on its GPU one buffer per staging slot, each the largest layer's."""
+    RAM budget leaves. A KV cache copied from RAM needs on its GPU the largest layer's twice (the copy as it
+    arrives and the layer's cache it fills, validate/stream_run.py)."""
     on_cpu = np.array([p.compute == "cpu" for p in plan.placements], dtype=bool)
     ub, codes, ratio = unit_bytes(model, w), tier_codes(plan), plan.codec.ratio if plan.codec else 1.0
     devices = np.array(plan.devices if plan.devices is not None else [0] * len(codes), dtype=np.int64)
@@ -256,7 +257,7 @@ def device_uses(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) ->
                           on_cpu[mask], ratio)
         placed = 0 if kv_home == "vram" else held.kv_gpu
         if placed:
-            buffer = 0 if kv_home == "cpu" else plan.vram_slots * _largest(ub.kv[mask], ~on_cpu[mask])
+            buffer = 0 if kv_home == "cpu" else 2 * _largest(ub.kv[mask], ~on_cpu[mask])
             held = dataclasses.replace(held, kv_gpu=buffer, kv_cpu=held.kv_cpu + (placed if kv_home != "pinned" else 0))
         m = account(held, loader, activation, budgets.ram_bytes)
         uses.append(dataclasses.replace(m, pinned_kv_bytes=placed if kv_home == "pinned" else 0))

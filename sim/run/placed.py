@@ -14,11 +14,12 @@ import numpy as np
 
 from hwmodels.specs import MachineSpec
 from hwmodels.topology import attached, handoff_s, shared_link, shared_rates
-from sim.costs.kvcache import cpu_attention_extra_s, kv_bytes, kv_copy_s
+from sim.costs.kvcache import cpu_attention_extra_s, kv_copy_s
+from sim.engines import engine_of
 from sim.costs.memory import PlanError, check_plan
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
-from sim.run.items import GPU_LOAD, Schedule
+from sim.run.items import Schedule
 from sim.run.reads import warm_contents
 from sim.run.schedule import build_schedule
 from sim.run.steps import step_shape
@@ -34,6 +35,9 @@ def build_placed_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w
     """The schedule of any plan: build_schedule's own where one GPU holds the KV cache, else this module's."""
     if not is_placed(machine, plan):
         return build_schedule(model, machine, plan, w, budgets)
+    if plan.kv_home not in engine_of(plan.engine).kv_homes:
+        raise PlanError(f"plan: kv {plan.kv_home!r} is not a place {plan.engine} keeps the KV cache; give one of "
+                        f"{', '.join(engine_of(plan.engine).kv_homes)}.")
     if plan.gpu_count > machine.gpu_count:
         raise PlanError(f"plan: its devices name GPU {plan.gpu_count - 1} but machine {machine.name!r} has "
                         f"{machine.gpu_count}; give --gpus {plan.gpu_count} or plan for this machine.")
@@ -78,9 +82,9 @@ def _handoffs(sch: Schedule, model: ModelShape, machine: MachineSpec, w: Workloa
 
 def _kv_costs(sch: Schedule, model: ModelShape, machine: MachineSpec, plan: Plan, w: Workload,
               rates: list[tuple[float, float]]) -> None:
-    """A KV cache in RAM: before each decode step a GPU layer's cache so far is copied over its GPU's link (pinned
-    or pageable speed; a pageable copy does not overlap compute), or its attention runs on the CPU
-    (sim.costs.kvcache)."""
+    """A KV cache in RAM: before each decode step a GPU layer's cache so far is copied over its GPU's link at the
+    pinned or pageable speed, on the compute lane (the engine copies it just before the layer: validate/stream_run.py),
+    or its attention runs on the CPU (sim.costs.kvcache)."""
     gpus = attached(machine)
     for i in np.flatnonzero(~sch.on_cpu).tolist():
         u, g = model.units[int(sch.unit[i])], int(sch.gpu[i])
@@ -91,14 +95,5 @@ def _kv_costs(sch: Schedule, model: ModelShape, machine: MachineSpec, plan: Plan
             sch.compute_s[i] += cpu_attention_extra_s(u, gpus[g % len(gpus)].gpu, machine.cpu, (w.batch, new, ctx),
                                                       (pinned, link.latency_s))
             continue
-        t = kv_copy_s(u, w.batch, new, ctx, pinned if plan.kv_home == "pinned" else pageable, link.latency_s)
-        if t == 0.0:
-            continue
-        if sch.load[i] == 0:  # a resident layer now copies its cache: a load of its own
-            sch.load[i], sch.copy_s[i], sch.pinned_slot[i] = GPU_LOAD, t, False
-        elif sch.load[i] == GPU_LOAD:
-            sch.copy_s[i] += t - link.latency_s
-        else:
-            continue
-        sch.copy_bytes[i] += kv_bytes(u, w.batch, ctx)
-        sch.blocking[i] |= plan.kv_home == "pageable"
+        sch.overhead_s[i] += kv_copy_s(u, w.batch, new, ctx, pinned if plan.kv_home == "pinned" else pageable,
+                                       link.latency_s)

@@ -33,6 +33,7 @@ class LlamacppEngine(Engine):
     exports = True
     export_form = "llama.cpp -ngl/-ot arguments"
     computes_rest_on_cpu = True
+    kv_homes = ("vram", "cpu")  # -nkvo: the cache in RAM, attention on the CPU
 
     def policies(self) -> dict:
         return {"llamacpp": llamacpp}
