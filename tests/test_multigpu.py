@@ -83,10 +83,12 @@ def kv_model() -> "toy_model":
 
 
 def test_kv_cache_grows_with_the_request_and_its_copy_with_the_context(toy_machine):
-    """Batch 2, prompt 3, 4 new tokens: each layer's cache ends at 2 x 2 x (3 + 4) = 28 bytes. Copied per decode
-    step from pinned RAM at 2 B/s: step s reads the cache of 3 + s - 1 positions, 2 x 2 x (2 + s) bytes."""
+    """Batch 2, prompt 3, 4 new tokens: each layer's cache ends at 2 x 2 x (3 + 4) = 28 bytes. Copied from pinned
+    RAM at 2 B/s: the prompt's step writes 2 x 2 x 3 = 12 bytes back (6 s); decode step s reads the cache of
+    3 + s - 1 positions, 2 x 2 x (2 + s) bytes, and writes its token's 4 bytes back (2 s)."""
     model, w = kv_model(), Workload(batch=2, prompt_tokens=3, new_tokens=4)
-    assert [kv_copy_s(model.units[0], 2, 1, ctx, 2.0, 0.0) for ctx in (0, 3, 4, 5)] == [0.0, 6.0, 8.0, 10.0]
+    assert kv_copy_s(model.units[0], 2, 3, 0, 2.0, 0.0) == 6.0
+    assert [kv_copy_s(model.units[0], 2, 1, ctx, 2.0, 0.0) for ctx in (3, 4, 5)] == [8.0, 10.0, 12.0]
     vram = device_uses(model, toy_plan(model, "vram", devices=(0, 1)), w, BIG)
     assert [m.kv_bytes for m in vram] == [28, 28]
     placed = toy_plan(model, "vram", devices=(0, 1), kv="pinned", vram_slots=2)
@@ -95,7 +97,7 @@ def test_kv_cache_grows_with_the_request_and_its_copy_with_the_context(toy_machi
     assert uses[0].pinned_kv_bytes == 56 and uses[0].pinned_bytes >= 56
     sch = build_placed_schedule(model, toy_machine, placed.model_copy(update={"devices": None}), w, BIG)
     before = [float(c) for c, u in zip(sch.overhead_s, sch.unit) if u == 0]
-    assert before == [0.0, 6.0, 8.0, 10.0]  # the cache copied before the layer on its compute lane, growing
+    assert before == [6.0, 8.0, 10.0, 12.0]  # copies on the layer's compute lane, growing with the context
 
 
 def test_kv_cache_in_ram_frees_vram_and_a_budget_refuses_per_gpu(toy_machine):

@@ -80,9 +80,13 @@ class StageThreads:
             self.staging[i] = dest
             self.unpacked[i].set()
 
-    def copier(self) -> None:
+    def copier(self, gpu: int = 0) -> None:
+        """GPU `gpu`'s copier: its loads in order, on its copy stream into its VRAM slots."""
         e, clock = self.e, self.clock
+        copy_stream, vram_pool = self.copy_streams[gpu], self.vram_pools[gpu]
         for k, i in enumerate(self.loads):
+            if self.gpu[i] != gpu:
+                continue
             name = self.names[self.units[i]]
             if self.unpack_s[i] > 0:
                 self.unpacked[i].wait()
@@ -102,15 +106,15 @@ class StageThreads:
                 self.finished[i - 1].wait()
                 if self.comp_end[i - 1] is not None:
                     self.comp_end[i - 1].synchronize()
-            slot, done = self.vram_pool.get()
+            slot, done = vram_pool.get()
             nbytes = e.meta[name]["nbytes"]
             if e.cuda:
-                with torch.cuda.stream(self.copy_stream):
+                with torch.cuda.stream(copy_stream):
                     if done is not None:
-                        self.copy_stream.wait_event(done)
-                    e0 = clock.event(self.copy_stream)
+                        copy_stream.wait_event(done)
+                    e0 = clock.event(copy_stream)
                     slot[:nbytes].copy_(src[:nbytes], non_blocking=True)
-                    e1 = clock.event(self.copy_stream)
+                    e1 = clock.event(copy_stream)
                 self.records.append((i, "copy", "copy", e0, e1, nbytes, ""))
                 self.ready_ev[i] = e1
                 if self.pin[i]:

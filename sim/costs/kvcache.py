@@ -2,9 +2,9 @@
 
 Equations (pure; SI units):
 - growth: a layer holds kv_bytes_per_token x batch x (context + new tokens) after a step (16-bit cache);
-- copied per step (Plan.kv 'pinned' or 'pageable'): before a decode step the GPU needs the layer's cache so far,
-  kv_bytes / link speed after the copy's fixed cost; the step's new entries go back (a few KiB a layer) and are not
-  charged; at the prompt's step the cache is written, not read, so nothing is copied in;
+- copied per step (Plan.kv 'pinned' or 'pageable'): before a step the GPU needs the layer's cache so far (nothing at
+  the prompt's step), after it the step's new entries go back to RAM; K and V are copied apart, each copy with its
+  fixed cost, the bytes at the link's speed;
 - attention on the CPU (Plan.kv 'cpu', llama.cpp's -nkvo): the layer's attention runs where the cache lives, a
   roofline of its FLOPs at the CPU's rate and the cache's bytes at the CPU's memory speed, in place of the GPU's
   (the same roofline on the GPU), plus the round trip of its inputs and output over the link.
@@ -26,10 +26,12 @@ def kv_bytes(unit: UnitShape, batch: int, tokens: int) -> int:
 
 def kv_copy_s(unit: UnitShape, batch: int, new_tokens: int, context: int, bytes_per_s: float,
               latency_s: float) -> float:
-    """Seconds to copy one layer's cache to the GPU before a step of `new_tokens` after `context` positions; 0 at
-    the prompt's step (context 0: nothing written yet) and for a unit without a cache."""
-    nbytes = kv_bytes(unit, batch, context)
-    return latency_s + nbytes / bytes_per_s if nbytes > 0 else 0.0
+    """Seconds to copy one layer's cache of `context` positions to the GPU before a step of `new_tokens`, and its
+    new entries back after it (K and V each a copy); 0 for a unit without a cache."""
+    if unit.kv_bytes_per_token == 0:
+        return 0.0
+    copy_in = 2 * latency_s + kv_bytes(unit, batch, context) / bytes_per_s if context else 0.0
+    return copy_in + 2 * latency_s + kv_bytes(unit, batch, new_tokens) / bytes_per_s
 
 
 def attention_flops(unit: UnitShape, batch: int, new_tokens: int, context: int) -> float:
