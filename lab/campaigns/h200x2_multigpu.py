@@ -23,6 +23,7 @@ import torch
 
 from hwmodels.units import GiB
 from lab.campaigns.h200_matrix import log, prepare_arch, run_case
+from validate.archs import ARCHS
 
 BUDGETS = (0.3, 0.45, 0.6, 0.8)  # VRAM per GPU, a share of the weights
 SHAPES = ((1, 512), (8, 4096), (1, 4096))  # (batch, prompt) of the two-GPU runs
@@ -63,8 +64,30 @@ def link_probe(nbytes: int = 1 << 30, rounds: int = 3) -> dict:
     return out
 
 
-def cases(shape, machine, new_tokens: int) -> list[tuple]:
-    """(label, plan, budgets, cold, batch, prompt, machine) of every run."""
+def prepare_quick(arch: str, work: Path, layers: int) -> tuple:
+    """prepare_arch with a quick calibration (a shorter lease): checkpoint, store, shape, config, profile, entry."""
+    from sim.model.resolve import load_model
+    from validate.calibrate import calibrate
+    from validate.checkpoint import make_checkpoint, make_config
+    from validate.store import build_store
+    preset, over = ARCHS[arch]
+    cfg = make_config(preset, **dict(over, num_hidden_layers=layers))
+    cfg.pop("rope_scaling", None)
+    ckpt, store = work / arch / "ckpt", work / arch / "store"
+    make_checkpoint(cfg, ckpt, device="cuda")
+    shape = load_model(str(ckpt))
+    config = json.loads((ckpt / "config.json").read_text())
+    build_store(ckpt, shape, store, compress=False, threads=16)
+    prof = calibrate("h200-testbox", work / arch, config, quick=True, eager=False)
+    prof_path = work / arch / "profile.json"
+    prof_path.write_text(json.dumps(prof, default=float))
+    log(arch, "prepared (quick calibration)")
+    return ckpt, store, shape, config, prof_path, {"arch": arch, "profile": prof,
+                                                   "shape": json.loads(shape.model_dump_json()), "runs": []}
+
+
+def cases(shape, machine, new_tokens: int, gpus: int) -> list[tuple]:
+    """(label, plan, budgets, cold, batch, prompt, machine) of every run; the two-GPU ones where two are visible."""
     from hwmodels.topology import with_gpus
     from planner.devices import own_plan
     from sim.costs.memory import PlanError
@@ -73,7 +96,7 @@ def cases(shape, machine, new_tokens: int) -> list[tuple]:
     two = with_gpus(machine, 2)
     total = sum(u.nbytes for u in shape.units)
     out = []
-    for frac in BUDGETS:
+    for frac in BUDGETS if gpus >= 2 else ():
         for b, p in SHAPES:
             w = Workload(batch=b, prompt_tokens=p, new_tokens=new_tokens)
             bud = Budgets.of(two, vram=int(frac * total))
@@ -103,6 +126,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=560, help="stop starting runs after this many seconds")
     ap.add_argument("--new-tokens", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="a quick calibration (a shorter lease)")
     a = ap.parse_args()
     from hwmodels.presets import load_machine
     from sim.plan import Budgets, Workload
@@ -114,7 +138,8 @@ def main() -> None:
     result = {"torch": torch.__version__, "gpus": torch.cuda.device_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "probe": link_probe(), "runs": []}
     log("probe", result["probe"])
-    ckpt, store, shape, config, prof_path, entry = prepare_arch(a.arch, Path(a.work), False, a.layers)
+    ckpt, store, shape, config, prof_path, entry = (prepare_quick(a.arch, Path(a.work), a.layers) if a.quick else
+                                                    prepare_arch(a.arch, Path(a.work), False, a.layers))
     result.update(arch=a.arch, profile=entry["profile"], shape=entry["shape"])
     machine = load_machine(str(prof_path))
     resident = Engine(store, config, shape, POLICIES["resident"](shape, machine, Workload(), Budgets.of(machine)), machine)
@@ -124,7 +149,9 @@ def main() -> None:
         if (b, p) not in refs:
             refs[(b, p)] = resident.run(Workload(batch=b, prompt_tokens=p, new_tokens=a.new_tokens))
         return refs[(b, p)]
-    todo = [c for c in cases(shape, machine, a.new_tokens) for _ in range(a.repeats)]
+    todo = [c for c in cases(shape, machine, a.new_tokens, torch.cuda.device_count()) for _ in range(a.repeats)]
+    if torch.cuda.device_count() < 2:
+        log("one GPU visible: the two-GPU runs are left out")
     entry["runs"] = result["runs"]
     for label, plan, bud, cold, b, p, m in todo:
         if time.perf_counter() - t0 > a.budget_s:
@@ -134,7 +161,10 @@ def main() -> None:
         torch.cuda.empty_cache()
         out.write_text(json.dumps(result, indent=1, default=float))
     done = [r for r in result["runs"] if "predicted" in r]
-    log(f"{len(done)} runs measured; per GPU VRAM {[round(x / GiB, 2) for x in (torch.cuda.mem_get_info(0))]}")
+    for r in done:
+        log(f"{r['label']:<44} b{r['batch']} p{r['prompt']}: predicted {r['predicted']['time_per_token_s']:.5f} "
+            f"measured {r['measured']['time_per_token_s']:.5f} s/token ({r['error_pct']['time_per_token']:+.1f}%)")
+    log(f"{len(done)} runs measured; GPU 0 free/total GiB {[round(x / GiB, 1) for x in torch.cuda.mem_get_info(0)]}")
     out.write_text(json.dumps(result, indent=1, default=float))
 
 
