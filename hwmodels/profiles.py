@@ -42,6 +42,10 @@ class ComputeGrid(_Spec):
     prefill_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][prompt length].")
     decode_context: tuple[PositiveInt, ...] = Field(description="Cache lengths measured for one new token, ascending.")
     decode_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][context].")
+    long_prompts: tuple[PositiveInt, ...] = Field(
+        default=(), description="Longer prompts timed at batch 1 alone, ascending, each past the last prefill_tokens "
+                                "(CPU grids: a long prompt's attention, which more sequences of a short prompt lack).")
+    long_prefill_s: tuple[PositiveFloat, ...] = Field(default=(), description="Seconds per unit for long_prompts.")
     spread: NonNegativeFloat | None = Field(
         default=None, description="When the grid is the median of repeated rounds: the median over its points of "
                                   "(slowest - fastest) / median, the host's own repeatability while it was timed.")
@@ -57,6 +61,11 @@ class ComputeGrid(_Spec):
                                   (self.decode_s, self.decode_context, "decode_s")):
             if len(table) != len(self.batch) or any(len(row) != len(cols) for row in table):
                 raise ValueError(f"{name} must be [len(batch)={len(self.batch)}][{len(cols)}]")
+        longs = self.long_prompts
+        if len(self.long_prefill_s) != len(longs) or list(longs) != sorted(set(longs)) or \
+                (longs and longs[0] <= self.prefill_tokens[-1]):
+            raise ValueError(f"long_prompts {list(longs)} must be strictly ascending, past the last prefill_tokens "
+                             f"{self.prefill_tokens[-1]}, with one long_prefill_s each ({len(self.long_prefill_s)} given)")
         return self
 
 

@@ -241,3 +241,16 @@ def test_hook_cost_without_accelerate_says_so(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "accelerate" else real(n, *a))
     assert hook_cost.hook_module_s() == {"error": "accelerate not installed: Accelerate's hook cost not measured"}
+
+
+def test_wait_per_token_is_the_decode_steps_idle_compute_over_their_count():
+    """Two decode steps with 3 ms and 1 ms of waiting (the prefill's 50 ms wait is not a decode step's): 2 ms a
+    token."""
+    from sim.run.events import Event
+    from validate.report import wait_per_token
+    ev = [Event(0, "a", "wait", "gpu_wait", 0.0, 0.05), Event(0, "a", "compute", "gpu", 0.05, 0.1),
+          Event(1, "a", "wait", "gpu_wait", 0.1, 0.102), Event(1, "b", "wait", "cpu_wait", 0.11, 0.111),
+          Event(1, "a", "compute", "gpu", 0.102, 0.2), Event(2, "a", "wait", "gpu_wait", 0.2, 0.201),
+          Event(2, "a", "compute", "gpu", 0.201, 0.3)]
+    assert wait_per_token(ev) == pytest.approx(0.002)
+    assert wait_per_token(ev[:2]) == 0.0

@@ -27,6 +27,14 @@ from validate.calibrate_profile import _overrides, kept_from_preset
 from validate.compute_grid import measure_grids
 from validate.engine_calibration import stage_speeds, stream_overheads
 
+# the CPU grid a full calibration times: decode and prefill for 1-32 sequences (the planner's batches), prompts to 256
+# tokens, so a prefill step of up to 32 x 256 = 8192 tokens is measured (a longer prompt is read as more sequences of
+# 256, sim/costs/compute.py), not extrapolated from 64-token steps that are still bound by memory and overheads;
+# the decode axis reaches 4096 cached tokens (12 decode samples a point: CPU times vary); one sequence of 1024 and of
+# 2048 tokens measures the attention of a long prompt, which more sequences of 256 tokens lack
+CPU_GRID = dict(batches=(1, 4, 16, 32), prompts=(16, 64, 256), layers=3, new_tokens=5, contexts=(1024, 4096),
+                long_prompts=(1024, 2048))
+
 
 def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eager: bool = True,
              peers: tuple[str, ...] = ()) -> dict:
@@ -37,9 +45,7 @@ def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eag
     size = 64 * MiB if quick else 1024 * MiB
     link_sizes = (MiB, 16 * MiB, 128 * MiB) if quick else (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB)
     gpu_grid = dict(batches=(1, 4), prompts=(8, 32), layers=2, new_tokens=3) if quick else {}
-    cpu_grid = dict(batches=(1, 4), prompts=(8, 32), layers=2, new_tokens=3) if quick or not cuda else \
-        dict(batches=(1, 4, 16), prompts=(16, 64), layers=3, new_tokens=5,  # 12 decode samples a point: CPU times
-             contexts=(1024, 4096))                                             # vary; the cache's cost by length
+    cpu_grid = dict(batches=(1, 4), prompts=(8, 32), layers=2, new_tokens=3) if quick or not cuda else CPU_GRID
     with tqdm(steps, desc="calibrate", unit="step") as bar:
         for step in bar:
             bar.set_postfix_str(step)

@@ -37,6 +37,14 @@ def per_stage(events: list[Event]) -> dict[str, float]:
     return dict(out)
 
 
+def wait_per_token(events: list[Event]) -> float:
+    """Seconds a decode step's compute lanes stand idle waiting for weights (the timeline's and the engine's "wait"
+    events), the mean over the decode steps (every step after the first token; 0 with none)."""
+    steps = {e.token for e in events if e.stage == "compute" and e.token > 0}
+    waits = sum(e.duration_s for e in events if e.stage == "wait" and e.token > 0)
+    return waits / len(steps) if steps else 0.0
+
+
 def err(pred: float, meas: float) -> float:
     return (pred - meas) / meas * 100 if meas else float("nan")
 
@@ -92,6 +100,9 @@ def validate_plan(engine: Engine, shape: ModelShape, machine: MachineSpec, plan:
            "per_token": [{"token": k, "predicted_s": p, "measured_s": m, "error_pct": err(p, m)} for k, (p, m) in enumerate(zip(pt, mt))],
            "per_stage": {s: {"predicted_s": ps.get(s, 0.0), "measured_s": ms.get(s, 0.0), "error_pct": err(ps.get(s, 0.0), ms.get(s, 0.0))}
                          for s in sorted(set(ps) | set(ms))}}
+    pw, mw = wait_per_token(pred_events), wait_per_token(run.events)
+    rep["wait_per_token"] = {"predicted_s": pw, "measured_s": mw,  # the difference as a share of the measured rate
+                             "diff_pct_of_tpot": (pw - mw) / run.time_per_token_s * 100 if run.time_per_token_s else 0.0}
     rep["load"] = {"predicted_s": sim.summary["load"]["total_s"], "measured_s": engine.load_s,
                    "error_pct": err(sim.summary["load"]["total_s"], engine.load_s), "by_stage": sim.summary["load"]}
     rep["compute_model"] = sim.summary["compute_model"]

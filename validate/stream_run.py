@@ -245,6 +245,10 @@ class StreamRun(StageThreads):
         else:
             weights = e.resident[name] if name in e.resident else e.host_views[name]
         dev = torch.device("cpu") if self.on_cpu[i] else e.devices[gpu]
+        if dev.type == "cpu" and i > 0 and self.comp_end[i - 1] is not None:
+            # its input is the GPU unit's output: the CPU starts when that ends (what this unit's compute would
+            # block on anyway), so the time the GPU spent waiting for copies is not counted as this unit's compute
+            self.comp_end[i - 1].synchronize()
         self.started[i].set()
         e0 = clock.event(stream) if dev.type == "cuda" else clock.now()
         self.forward(i, e.shape.units[self.units[i]].kind, name, weights, dev)
