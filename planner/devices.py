@@ -140,10 +140,10 @@ def plan_devices(req: Request, kv_homes: tuple[str, ...] = KV_HOMES) -> tuple[Pl
 
 def _peer_splits(kv_homes: tuple[str, ...]) -> list:
     """The peers' placements over several GPUs for these KV places: llama.cpp's split (and with -nkvo), Accelerate's."""
-    out = [llamacpp_split]
+    out = [llamacpp_split] if "vram" in kv_homes else []
     if "cpu" in kv_homes:
         out.append(lambda req: llamacpp_split(req, "cpu"))
-    return out + [accelerate_balanced]
+    return out + ([accelerate_balanced] if "vram" in kv_homes else [])
 
 
 def llamacpp_split(req: Request, kv_home: str = "vram") -> tuple[Plan, str]:
@@ -207,7 +207,7 @@ def compare(req: Request) -> list[dict]:
     plan, s = plan_devices(req)
     rows.append({"engine": plan.engine if plan else "offloadsim", "plan": plan, "summary": s, "export": "",
                  "reason": "" if plan else "no plan fits the budgets"})
-    for engine, make in zip(("llamacpp", "llamacpp", "accelerate"), _peer_splits(("cpu",))):
+    for engine, make in zip(("llamacpp", "llamacpp", "accelerate"), _peer_splits(("vram", "cpu"))):
         try:
             p, export = make(req)
         except PlanError as exc:

@@ -153,3 +153,17 @@ def test_unit_shape_attention_scales_linearly_with_context():
                   hidden=4, launches=1, kv_bytes_per_token=8, attn_flops_per_ctx_token=16)
     assert u.bytes_touched(1, 1, 131071) - u.bytes_touched(1, 1, 0) == 8 * 131071
     assert u.flops(1, 1, 131071) == 16 * (131071 + 1)
+
+
+def test_whatif_reads_gpu_counts_and_contexts():
+    from planner.whatif import context_tokens, parse_vary, variant, workload_for
+    assert [context_tokens(v) for v in ("4k", "32K", "128k", "4096")] == [4096, 32768, 131072, 4096]
+    assert parse_vary(["gpus=1,2", "context=4k,128k"]) == {"gpus": ["1", "2"], "context": ["4k", "128k"]}
+    with pytest.raises(InputError, match="context: '4q'"):
+        parse_vary(["context=4q"])
+    with pytest.raises(InputError, match="gpus: '0'"):
+        parse_vary(["gpus=0"])
+    m, _ = variant(get_machine("desktop-4090"), {"gpus": "2", "gpu": "rtx3090"})
+    assert m.gpu_count == 2 and all(a.gpu.name == "GeForce RTX 3090" for a in m.topology.gpus)
+    w = workload_for(Workload(new_tokens=3), {"context": "4k"})
+    assert w.prompt_tokens + w.new_tokens == 4096

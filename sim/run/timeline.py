@@ -159,7 +159,7 @@ class Timeline:
                 yield self.env.timeout(s.copy_s[i])
                 if self.host_memory is not None:
                     self.host_memory.set_busy(False)
-                self.record(i, "copy", "copy", t0, s.copy_bytes[i])
+                self.record(i, "copy", "copy" if g == 0 else f"copy{g}", t0, s.copy_bytes[i])  # each GPU's own
             self.ready[i].succeed()
 
     def compute(self):
