@@ -167,3 +167,26 @@ def test_whatif_reads_gpu_counts_and_contexts():
     assert m.gpu_count == 2 and all(a.gpu.name == "GeForce RTX 3090" for a in m.topology.gpus)
     w = workload_for(Workload(new_tokens=3), {"context": "4k"})
     assert w.prompt_tokens + w.new_tokens == 4096
+
+
+def test_fast_evaluator_equals_the_timeline_over_two_gpus(toy_machine):
+    """Seeded mixes of tiers, splits, slots, prefetch depths and KV places on two GPUs sharing an uplink: the fast
+    evaluator's compute times are the SimPy timeline's."""
+    import numpy as np
+    from sim.costs.transfer import Codec
+    rng = np.random.default_rng(7)
+    m = two_gpus(toy_machine, shares=("sw",), shared_bytes_per_s={"sw": 3.0})
+    tiers = ("vram", "ram_pinned", "ram_pageable", "disk_raw", "ram_compressed")
+    for _ in range(12):
+        model = kv_model() if rng.random() < 0.5 else toy_model(tuple(int(x) for x in rng.integers(2, 9, 5)))
+        n = len(model.units)
+        cut = int(rng.integers(1, n))
+        plan = toy_plan(model, [tiers[int(k)] for k in rng.integers(0, len(tiers), n)],
+                        devices=tuple(0 if k < cut else 1 for k in range(n)), vram_slots=int(rng.integers(1, 3)),
+                        prefetch_depth=int(rng.integers(0, 3)), codec=Codec(ratio=0.5, unpack_bytes_per_s=4.0),
+                        kv=str(rng.choice(["vram", "pinned", "pageable"])))
+        w = Workload(batch=int(rng.integers(1, 3)), prompt_tokens=int(rng.integers(1, 4)), new_tokens=3)
+        fast = fast_simulate(model, m, plan, w, BIG)
+        slow = simulate(model, m, plan, w, BIG).summary
+        assert fast["ttft_s"] == pytest.approx(slow["ttft_s"], rel=1e-9)
+        assert fast["time_per_token_s"] == pytest.approx(slow["time_per_token_s"], rel=1e-9)
