@@ -52,6 +52,11 @@ def devices_plan_cmd(args: argparse.Namespace, out, model, machine, w, budgets) 
             lines.append(f"  {name:<28} cannot run: {r['error'][:120]}")
         else:
             lines.append(f"  {name:<28} {r['time_per_token_s']:.4f} s per token  {r['export']}")
+    if args.export:  # the peer's own split over these GPUs, as its arguments
+        row = next((r for r in rows if r["engine"] == args.export and r["plan"] is not None and r["export"]), None)
+        data["export"] = {"engine": args.export, "arguments": row["export"] if row else None,
+                          "reason": "" if row else f"{args.export} has no placement over these GPUs that fits"}
+        lines.append(f"{args.export}: {row['export']}" if row else f"{args.export}: {data['export']['reason']}")
     if args.out:
         lines.append(f"plan written to {args.out}")
     return emit(args, data, "\n".join(lines))
