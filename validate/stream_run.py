@@ -7,6 +7,7 @@ and end with the simulator's event schema.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import queue
 import threading
@@ -21,7 +22,7 @@ from sim.plan import Budgets, Workload
 from sim.run.items import GPU_LOAD
 from sim.run.placed import build_placed_schedule
 from validate import model as M
-from validate.devices import HostKV, StepState, hand_off, make_caches
+from validate.devices import HostKV, StepState, hand_off, make_caches, move_kv
 from validate.recording import Clock, to_events
 from validate.store import views
 from validate.run_result import RunResult
@@ -99,9 +100,9 @@ class StreamRun(StageThreads):
             if cache.k.device != dev:  # a CPU-placed layer computed on the GPU for a big step
                 tmp = M.KVCache(e.arch, self.w.batch, cache.k.shape[2], dev, torch.bfloat16)
                 if start:
-                    self.move_kv((cache.k, cache.v), (tmp.k, tmp.v), slice(0, start))
+                    move_kv(e.kv_stage, (cache.k, cache.v), (tmp.k, tmp.v), slice(0, start))
                 x = M.decoder_layer(x, weights, e.arch, tmp, start, cos, sin)
-                self.move_kv((tmp.k, tmp.v), (cache.k, cache.v), slice(start, start + x.shape[1]))
+                move_kv(e.kv_stage, (tmp.k, tmp.v), (cache.k, cache.v), slice(start, start + x.shape[1]))
             else:
                 pos = None if not st.decode else st.pos if dev == st.pos.device else st.pos_cpu
                 x = M.decoder_layer(x, weights, e.arch, cache, start, cos, sin, pos)
@@ -110,16 +111,6 @@ class StreamRun(StageThreads):
             out = M.head(st.x.to(dev), weights, e.arch)
             st.logits.copy_(out)
             st.tok.copy_(out.argmax(-1))
-
-    def move_kv(self, src: tuple, dst: tuple, span: slice) -> None:
-        """Positions `span` of a layer's K and V between the CPU cache and its GPU copy, each tensor through the
-        engine's pinned buffer: a host copy and a pinned copy at the link's speed (a pageable copy into a fresh
-        tensor ran at 1.3 GB/s, lab/journal/validation.md). Both copies are synchronous, so one buffer serves."""
-        for a, b in zip(src, dst):
-            part = a[:, :, span]
-            buf = self.e.kv_stage[:part.numel() * part.element_size()].view(part.dtype).view(part.shape)
-            buf.copy_(part)
-            b[:, :, span].copy_(buf)
 
     def set_inputs(self, s: int, st: "StepState") -> None:
         """The step's token ids and position, written into the static inputs before its first unit."""
@@ -251,7 +242,8 @@ class StreamRun(StageThreads):
             self.comp_end[i - 1].synchronize()
         self.started[i].set()
         e0 = clock.event(stream) if dev.type == "cuda" else clock.now()
-        self.forward(i, e.shape.units[self.units[i]].kind, name, weights, dev)
+        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():  # its GPU's graphs, streams
+            self.forward(i, e.shape.units[self.units[i]].kind, name, weights, dev)
         if dev.type == "cuda":
             e1 = clock.event(stream)
             self.comp_end[i] = e1
