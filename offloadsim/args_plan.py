@@ -39,7 +39,8 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     machine_args(q)
     add_workload(q)
     q.add_argument("--points", type=int, default=7, help="budgets per sweep")
-    q.add_argument("--out", default="pareto.png", help="figure (PNG or SVG)")
+    q.add_argument("--chart", "--out", dest="chart", default=None, help="also draw the curves into this figure "
+                   "(PNG, SVG or PDF); none by default")
     q.add_argument("--json", action="store_true")
 
 

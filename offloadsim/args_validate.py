@@ -1,4 +1,4 @@
-"""Arguments of make-checkpoint, calibrate and validate (torch is imported only when they run)."""
+"""Arguments of make-checkpoint, calibrate, validate and run (torch is imported only when they run)."""
 from __future__ import annotations
 
 import argparse
@@ -55,3 +55,24 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     v.add_argument("--out", default="validation", help="report folder")
     v.add_argument("--json", action="store_true")
+
+    r = sub.add_parser("run", help="generate text with offloadsim's engine on a checkpoint, placed as a plan says, "
+                       "and print the measured speed beside the plan's prediction")
+    r.set_defaults(run=handlers.run)
+    r.add_argument("checkpoint", metavar="CHECKPOINT", help="Hugging Face checkpoint folder with its tokenizer")
+    r.add_argument("--plan", required=True, help="plan JSON made for this checkpoint (offloadsim plan CHECKPOINT --out)")
+    r.add_argument("--prompt", required=True, help="the text to continue (or, with --chat, the user's message)")
+    r.add_argument("--chat", action="store_true", help="wrap the prompt in the checkpoint's chat template")
+    r.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate at most (default 64)")
+    r.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; above 0: sampled")
+    r.add_argument("--top-p", type=float, default=1.0, help="sample from the smallest set of tokens reaching this "
+                   "probability (default 1: all)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the sampling (the same seed, the same text)")
+    r.add_argument("--machine", default=None, help="machine preset or profile JSON the prediction is made for "
+                   "(default: the plan's machine)")
+    r.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    r.add_argument("--store", default=None, help="layer store folder (default: CHECKPOINT/.offloadsim-store)")
+    r.add_argument("--cold", action="store_true", help="drop the store's pages first")
+    r.add_argument("--ignore-eos", action="store_true", help="make all --max-new-tokens tokens (timing runs)")
+    r.add_argument("--json", action="store_true", help="print the text, tokens and times as JSON at the end "
+                   "instead of streaming")

@@ -14,6 +14,8 @@ from offloadsim.resolve import resolve_budgets, resolve_model, resolve_workload
 from sim.analysis.attribution import stall_attribution
 from sim.costs.memory import shared_bytes
 from sim.engines import engine_of, engines as installed, own_engine
+from sim.engines.base import RunRef
+from offloadsim.plan_text import baseline_lines, deploy_lines, header, planner_lines
 
 
 def _placement_rows(model, plan, attrib: dict[str, float]) -> list[dict]:
@@ -58,10 +60,6 @@ def _check_export(engine: str, export: str | None) -> None:
                      f"--export {engine}, or plan for that engine with --engine {export} --export {export}.")
 
 
-def _times(x: float) -> str:
-    return f"{x:.3g}x"
-
-
 def _engine_rows(engines: dict, chosen: str) -> dict[str, dict]:
     """{engine: {time_per_token_s, ttft_s, speedup} | {error}}; speedup: the chosen engine's time per token over this
     engine's (above 1: switching to it is faster)."""
@@ -75,26 +73,6 @@ def _engine_rows(engines: dict, chosen: str) -> dict[str, dict]:
         rows[name] = {"time_per_token_s": t, "ttft_s": e.summary.get("ttft_s"),
                       "speedup": base / t if base and t else None}
     return rows
-
-
-def _engine_lines(rows: dict[str, dict], chosen: str) -> list[str]:
-    lines = ["engines, each with the best placement it can run at these budgets (plan --engine NAME):"]
-    for name, r in rows.items():
-        if "error" in r:
-            lines.append(f"  {name:<11} cannot run: {r['error']}")
-            continue
-        head = f"  {name:<11} {r['time_per_token_s']:.4f} s per token"
-        if name == chosen:
-            lines.append(f"{head}  (chosen)")
-        elif r["speedup"] is None:
-            lines.append(head)
-        elif abs(r["speedup"] - 1) < 0.005:
-            lines.append(f"{head}  (the same as {chosen})")
-        elif r["speedup"] >= 1:
-            lines.append(f"{head}  ({_times(r['speedup'])} faster than {chosen})")
-        else:
-            lines.append(f"{head}  ({_times(1 / r['speedup'])} slower than {chosen})")
-    return lines
 
 
 def _placement_summary(model, plan) -> list[dict]:
@@ -158,19 +136,12 @@ def plan_cmd(args: argparse.Namespace) -> int:
         return fail(f"budget: no plan fits: {plan.reason}")
     from planner.engines import EnginePlan
     known = {**peers, engine: EnginePlan(engine, plan, s)}
-    engines = _engine_rows(compare_engines(model, machine, w, budgets, known, **planner_kw), engine)
+    plans = compare_engines(model, machine, w, budgets, known, **planner_kw)
+    engines = _engine_rows(plans, engine)
     data.update(engine=engine, engines=engines, notes=[])
-    lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
-             f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
-             f"planner: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s "
-             f"(prefetch {plan.prefetch_depth}, {plan.vram_slots} VRAM slots, {plan.pinned_slots} pinned slots)",
-             f"lower bound on the request {rep.lower_bound_s:.3f} s vs simulated {s['total_s']:.3f} s (gap {rep.gap:.1%}); "
-             f"planned in {rep.seconds:.2f} s; search {'converged' if rep.converged else 'NOT converged'} "
-             f"(stopped: {rep.stopped}) after {rep.evaluations} plans scored; chosen from {rep.chosen_from}"]
-    for name, v in rep.baselines.items():
-        lines.append(f"  {name:<11} " + (f"{v['time_per_token_s']:.4f} s per token  ({v['time_per_token_s'] / s['time_per_token_s']:.2f}x the planner)"
-                                         if "time_per_token_s" in v else f"cannot run: {v['error']}"))
-    lines += _engine_lines(engines, engine)
+    base = RunRef(model, args.model, plan, w, machine, budgets, args.out)
+    lines = [header(model, machine, budgets, w), *deploy_lines(plans, base), "", *planner_lines(rep, plan, s),
+             *baseline_lines(rep.baselines, s["time_per_token_s"])]
     return emit(args, data, "\n".join(lines + _tail_lines(args, data)))
 
 
@@ -205,7 +176,8 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
     if out:
         plan.save(out)
     s = chosen.summary
-    engines = _engine_rows(compare_engines(model, machine, w, budgets, {engine: chosen}, **planner_kw), engine)
+    plans = compare_engines(model, machine, w, budgets, {engine: chosen}, **planner_kw)
+    engines = _engine_rows(plans, engine)
     attrib = {}
     if args.explain and len(model.units) < 2000:
         attrib = {a["unit"]: a["gain_s"] for a in stall_attribution(model, machine, plan, w, budgets, limit=len(model.units))}
@@ -217,19 +189,18 @@ def _engine_plan_cmd(args, engine: str, out, model, machine, w, budgets, planner
             "layers": _placement_rows(model, plan, attrib)}
     if args.export:
         data["export"] = export_plan(args.export, model, plan, w, machine, budgets)
-    lines = [f"{model.name} on {machine.name}: VRAM {budgets.vram_bytes / GiB:.2f} GiB, RAM {budgets.ram_bytes / GiB:.2f} GiB,"
-             f" pinned {budgets.pinned_bytes / GiB:.2f} GiB; batch {w.batch}, prompt {w.prompt_tokens}, {w.new_tokens} tokens",
-             f"{engine}: {s['time_per_token_s']:.4f} s per token, first token {s['ttft_s']:.3f} s, request "
-             f"{s['total_s']:.3f} s (plan {plan.policy}, the fastest it can run here)",
+    base = RunRef(model, args.model, plan, w, machine, budgets, args.out)
+    lines = [header(model, machine, budgets, w), *deploy_lines(plans, base), "",
+             f"{engine_of(engine).label} (--engine {engine}): {s['time_per_token_s']:.4f} s per token, first token "
+             f"{s['ttft_s']:.3f} s, request {s['total_s']:.3f} s (plan {plan.policy}, the fastest it can run here)",
              "placement: " + "; ".join(f"{g['units']} units in {g['tier']} computed on the {g['compute'].upper()} "
                                        f"({g['nbytes'] / GiB:.2f} GiB)" for g in placement)]
     lines += [f"note: {n}" for n in chosen.notes]
-    lines += _engine_lines(engines, engine)
     return emit(args, data, "\n".join(lines + _tail_lines(args, data)))
 
 
 def pareto_cmd(args: argparse.Namespace) -> int:
-    out = check_output(args.out, "out", (args.model, args.machine), (".png", ".svg", ".pdf"))
+    out = check_output(args.chart, "chart", (args.model, args.machine), (".png", ".svg", ".pdf"))
     if args.points < 2:
         raise InputError(f"points: {args.points} budgets cannot draw a curve; give --points 2 or more.")
     check_count(args.points, "points", 2, 32, "budgets per sweep")
@@ -240,14 +211,15 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     model = resolve_model(args)
     limits.check_request(model, machine, w, items=limits.MAX_ITEMS // args.points)
     from planner.pareto import plot, sweep
-    data = sweep(model, machine, w, points=args.points, ram=ram)
-    with atomic(out) as tmp:
-        plot(data, tmp)
+    data = sweep(model, machine, w, points=args.points, ram=ram, progress=not args.json)
+    if out is not None:
+        with atomic(out) as tmp:
+            plot(data, tmp)
     names = [k for k in data["by_vram"][0] if k != "vram_bytes"]
     lines = [f"{'VRAM GiB':>9} " + " ".join(f"{n:>10}" for n in names)]
     for r in data["by_vram"]:
         lines.append(f"{r['vram_bytes'] / GiB:9.2f} " + " ".join(f"{r[n]:10.4f}" if r[n] else f"{'-':>10}" for n in names))
-    lines.append(f"figure written to {args.out}")
+    lines.append(f"figure written to {args.chart}" if out is not None else "(--chart FILE.png draws these curves)")
     return emit(args, data, "\n".join(lines))
 
 
@@ -278,7 +250,7 @@ def whatif_cmd(args: argparse.Namespace) -> int:
             lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f" {r['ttft_s']:9.3f} {r['time_per_token_s']:9.4f} "
                          f"{r['tokens_per_s']:8.2f}  {r['bottleneck']} ({r['policy']})")
         else:
-            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + "  infeasible")
+            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f"  infeasible: {r.get('reason') or 'no plan fits'}")
     if len(data["rows"]) > 40:
         lines.append(f"... {len(data['rows']) - 40} more (--json for all)")
     lines.append("single upgrades from " + ", ".join(f"{k}={v}" for k, v in data["base"].items()) + ":")

@@ -61,3 +61,8 @@ def validate(args: argparse.Namespace) -> int:
 def calibrate_peer(args: argparse.Namespace) -> int:
     from offloadsim.commands_peer import calibrate_peer_cmd
     return calibrate_peer_cmd(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    from offloadsim.commands_run import run_cmd
+    return run_cmd(args)

@@ -3,8 +3,10 @@ of budgets, monotone over the set by construction."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
+from tqdm import tqdm
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB
@@ -31,8 +33,8 @@ def plan_budgets(model: ModelShape, machine: MachineSpec, w: Workload, budgets: 
     return plan_requests([Request(model, machine, w, b) for b in budgets], **kw)
 
 
-def plan_requests(reqs: list[Request], **kw) -> list[PlanReport]:
-    """plan_budgets for requests that differ in their budgets only."""
+def plan_requests(reqs: list[Request], done: Callable[[], None] | None = None, **kw) -> list[PlanReport]:
+    """plan_budgets for requests that differ in their budgets only; `done` is called after each plan (progress)."""
     size = [r.budgets.vram_bytes + r.budgets.ram_bytes + r.budgets.pinned_bytes for r in reqs]
     out: dict[int, PlanReport] = {}
     for i in sorted(range(len(reqs)), key=lambda i: (size[i], i)):
@@ -40,6 +42,8 @@ def plan_requests(reqs: list[Request], **kw) -> list[PlanReport]:
         seeds = {f"budget-{j}": r.plan for j, r in out.items()
                  if r.plan.feasible and contains(reqs[i].budgets, reqs[j].budgets)}
         out[i] = plan_request(reqs[i], PlanOptions(seeds=seeds, **kw))
+        if done is not None:
+            done()
     return [out[i] for i in range(len(reqs))]
 
 
@@ -67,11 +71,11 @@ def plan_upgrade(model: ModelShape, small: MachineSpec, big: MachineSpec, w: Wor
     return a, plan_with_report(model, big, w, budgets, seeds=seeds, **kw)
 
 
-def _rows(reqs: list[Request], time_budget_s) -> list[dict]:
+def _rows(reqs: list[Request], time_budget_s, done: Callable[[], None] | None = None) -> list[dict]:
     """One row per request: the planner's time per token (planned by plan_requests, so the planner's curve never rises
     with more memory) and every baseline's."""
     rows = []
-    for req, rep in zip(reqs, plan_requests(reqs, confirm=False, time_budget_s=time_budget_s)):
+    for req, rep in zip(reqs, plan_requests(reqs, done, confirm=False, time_budget_s=time_budget_s)):
         row = {"planner": _tpot(req, rep.plan) if rep.plan.feasible else None}
         for name, p in peer_plans(req).items():
             row[name] = None if isinstance(p, str) else _tpot(req, p)
@@ -84,17 +88,23 @@ def _tpot(req: Request, p) -> float:
 
 
 def sweep(model: ModelShape, machine: MachineSpec, w: Workload, points: int = 7, ram: int | None = None,
-          time_budget_s: float | None = None) -> dict:
-    """VRAM from the minimum to what fits everything (capped at the GPU), then RAM at the middle VRAM budget."""
+          time_budget_s: float | None = None, progress: bool = False) -> dict:
+    """VRAM from the minimum to what fits everything (capped at the GPU), then RAM at the middle VRAM budget;
+    `progress`: a bar of the budgets planned on stderr."""
+    with tqdm(total=2 * points, desc="pareto (budgets planned)", disable=not progress) as bar:
+        return _sweep(model, machine, w, points, ram, time_budget_s, lambda: bar.update(1))
+
+
+def _sweep(model, machine, w, points, ram, time_budget_s, done) -> dict:
     lo = min_vram_bytes(model, w)
     hi = min(machine.gpu.vram_bytes, int(model.total_bytes * 1.05) + lo)
     vrams = np.linspace(lo, max(hi, lo + 1), points).astype(int).tolist()
-    rows = _rows([Request(model, machine, w, Budgets.of(machine, vram=v, ram=ram)) for v in vrams], time_budget_s)
+    rows = _rows([Request(model, machine, w, Budgets.of(machine, vram=v, ram=ram)) for v in vrams], time_budget_s, done)
     by_vram = [dict(vram_bytes=v, **row) for v, row in zip(vrams, rows)]
     mid = vrams[len(vrams) // 2]
     cap = machine.host_memory.capacity_bytes
     rams = np.linspace(max(cap // 8, 2 * GiB), cap - OS_RESERVE_BYTES, points).astype(int).tolist()
-    rows = _rows([Request(model, machine, w, Budgets.of(machine, vram=mid, ram=r)) for r in rams], time_budget_s)
+    rows = _rows([Request(model, machine, w, Budgets.of(machine, vram=mid, ram=r)) for r in rams], time_budget_s, done)
     by_ram = [dict(ram_bytes=r, **row) for r, row in zip(rams, rows)]
     # where streaming everything is slower than computing on the CPU with nothing on the GPU
     cpu_only = next((by_vram[0].get(p) for e in engines().values() if e.computes_rest_on_cpu for p in e.policies()),

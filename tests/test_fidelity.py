@@ -382,7 +382,8 @@ def test_calibrate_reads_the_graph_overhead_off_the_decoder_grid(toy_machine):
 def test_cpu_prompt_past_the_grid_is_read_as_more_sequences_of_its_longest():
     """A CPU grid measured to 64-token prompts at batch 1, 4 and 16: one 128-token prompt holds the tokens of two
     64-token prompts, so it costs the batch-2 point of the 64 column (a third of the way from batch 1 to 4). Past the
-    batch axis, or on the GPU, the prompt axis is continued along the roofline as before."""
+    batch axis the 64 column continues along its last segment; on the GPU the prompt axis continues along the
+    roofline."""
     u = toy_model().units[0]
     kw = dict(batch=(1, 4, 16), prefill_tokens=(16, 64), prefill_s=((6.0, 9.0), (9.0, 21.0), (21.0, 75.0)),
               decode_context=(20, 68), decode_s=((5.0, 5.0), (6.0, 6.0), (7.0, 7.0)))
@@ -392,33 +393,14 @@ def test_cpu_prompt_past_the_grid_is_read_as_more_sequences_of_its_longest():
     assert grid_time_s(cpu, 4, 256, 0, roof) == pytest.approx(75.0)              # 16 prompts of 64
     # GPU: the 64-token column continued along the roofline (k = (9 - 6) / (64 - 16) per roofline second)
     assert grid_time_s(gpu, 1, 128, 0, roof) == pytest.approx(9.0 + 3.0 / 48 * 64)
-    # 16 x 128 tokens are 32 prompts of 64, past the batch axis: the roofline continuation again, on the CPU too
-    assert grid_time_s(cpu, 16, 128, 0, roof) == pytest.approx(grid_time_s(gpu, 16, 128, 0, roof))
+    # 16 x 128 tokens are 32 prompts of 64, past the batch axis: the 64 column continued along its last segment
+    # (21 s at 4 to 75 s at 16: 4.5 s a sequence)
+    assert grid_time_s(cpu, 16, 128, 0, roof) == pytest.approx(75.0 + 16 * 4.5)
     assert grid_time_s(cpu, 1, 64, 0, roof) == pytest.approx(9.0)                 # inside the grid: as measured
     # attention quadratic in the prompt: 1 x 128 tokens cost 128 + 128^2/64 = 384 roofline seconds against 2 x 64
     # tokens' 2 x (64 + 64^2/64) = 256, so the batch-2 point's time counts 1.5 times
     quad = lambda b, s, k: b * s + b * s * s / 64  # noqa: E731
     assert grid_time_s(cpu, 1, 128, 0, quad) == pytest.approx((9.0 + (21.0 - 9.0) / 3) * 1.5)
-
-
-def test_cpu_long_prompt_adds_its_measured_attention_to_the_same_tokens_in_short_prompts():
-    """The 64-token grid above plus one sequence of 128 tokens timed at 17 s and of 256 at 31 s. As short prompts
-    those tokens cost 13 s (batch 2 of the 64 column) and 21 s (batch 4), so the long prompts' attention adds 4 s and
-    10 s; between them linear in n^2, past them growing as n^2; past the batch axis the 64 column continues along its
-    last segment (21 s at 4 to 75 s at 16: 4.5 s a sequence)."""
-    u = toy_model().units[0].model_copy(update={"attn_flops_per_ctx_token": 8})
-    cpu = grid_for(u, device="cpu", batch=(1, 4, 16), prefill_tokens=(16, 64),
-                   prefill_s=((6.0, 9.0), (9.0, 21.0), (21.0, 75.0)), decode_context=(20, 68),
-                   decode_s=((5.0, 5.0), (6.0, 6.0), (7.0, 7.0)), long_prompts=(128, 256), long_prefill_s=(17.0, 31.0))
-    assert grid_time_s(cpu, 1, 128, 0) == pytest.approx(17.0)                     # the measured point itself
-    # 192 tokens: batch 3 of the 64 column (17 s) + 4 + 6 x (192^2 - 128^2) / (256^2 - 128^2)
-    assert grid_time_s(cpu, 1, 192, 0) == pytest.approx(17.0 + 4.0 + 6.0 * 20480 / 49152)
-    assert grid_time_s(cpu, 2, 256, 0) == pytest.approx(39.0 + 2 * 10.0)          # batch 8: 21 + 54 x 4 / 12
-    assert grid_time_s(cpu, 1, 512, 0) == pytest.approx(39.0 + 10.0 * 4)          # attention x (512 / 256)^2
-    assert grid_time_s(cpu, 4, 512, 0) == pytest.approx(75.0 + 16 * 4.5 + 4 * 40.0)  # batch 32, past the axis
-    # a unit without attention (an embedding, a head): the same tokens in short prompts, nothing added
-    flat = cpu.model_copy(update={"unit": cpu.unit.model_copy(update={"attn_flops_per_ctx_token": 0})})
-    assert grid_time_s(flat, 1, 128, 0) == pytest.approx(13.0)
 
 
 def test_long_prompts_must_lie_past_the_grid_with_one_time_each():

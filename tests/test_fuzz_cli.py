@@ -289,7 +289,7 @@ def test_tensor_larger_than_its_file_is_refused(inputs, tmp_path):
     (["simulate", "{config}", "--trace", "{dir}/t.json", "--gantt", "{dir}/t.json"], "gantt"),
     (["plan", "{config}", "--out", "{config}"], "out"),
     (["plan", "{config}", "--out", "/nonexistent-dir/p.json"], "out"),
-    (["pareto", "{config}", "--out", "/nonexistent-dir/p.png"], "out"),
+    (["pareto", "{config}", "--chart", "/nonexistent-dir/p.png"], "chart"),
     (["whatif", "{config}", "--vary", "storage=sata", "--plot", "/nonexistent-dir/w.png"], "plot"),
     (["calibrate", "--out", "/nonexistent-dir/p.json"], "out"),
     (["make-checkpoint", "--preset", "qwen3-14b", "--layers", "1", "--out", "{ckpt}"], "out"),

@@ -52,16 +52,29 @@ def test_accelerate_json_plan_and_export(capsys, tmp_path):
     assert set(data["export"]["device_map"].values()) <= {0, "cpu", "disk"}
 
 
+def _entry(lines: list[str], label: str) -> list[str]:
+    """An engine's lines under 'what to run': its time, then its command or code (indented six)."""
+    k = next(k for k, line in enumerate(lines) if line.startswith(f"  {label} ") and "s per token" in line)
+    rest = []
+    for line in lines[k + 1:]:
+        if not line.startswith("      "):
+            break
+        rest.append(line.strip())
+    return [lines[k]] + rest
+
+
 def test_accelerate_text(capsys):
     rc, out, err = run(capsys, *BASE, "--engine", "accelerate")
     assert rc == 0, err
     lines = out.splitlines()
-    assert any(line.startswith("accelerate: ") and "s per token" in line for line in lines)
+    assert lines[1].startswith("what to run: each engine's fastest placement")
+    assert any(line.startswith("Accelerate (--engine accelerate): ") and "s per token" in line for line in lines)
     assert any(line.startswith("placement: ") for line in lines)
-    assert any(line.startswith("engines, each with the best placement") for line in lines)
-    row = next(line for line in lines if line.strip().startswith("offloadsim "))
-    assert "faster than accelerate" in row or "the same as accelerate" in row
-    assert any(line.strip().startswith("accelerate ") and "(chosen)" in line for line in lines)
+    acc = _entry(lines, "Accelerate")
+    assert acc[1] == "from transformers import AutoModelForCausalLM, AutoTokenizer"
+    assert acc[2].startswith("device_map = {") and any("from_pretrained('CHECKPOINT', device_map=device_map" in c
+                                                       for c in acc)
+    assert any(line.startswith("pick ") for line in lines)
 
 
 def test_llamacpp_plan_computes_off_gpu_units_on_the_cpu(capsys, tmp_path):
@@ -135,19 +148,52 @@ def test_a_plan_naming_an_engine_not_installed_is_refused_in_one_sentence(capsys
     assert err.startswith("offloadsim: error: engine: unknown name 'vllm'") and "Traceback" not in err
 
 
-def test_default_engine_keeps_the_planner_report(capsys):
+def test_default_plan_leads_with_what_to_run(capsys):
+    """Each engine: its time and the command or code that runs it; then one line naming the pick; then the planner's
+    details and the baselines, each term explained where it is printed."""
     rc, out, err = run(capsys, *BASE)
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("llama-3.1-8b on h200-testbox: VRAM 8.00 GiB")
-    assert lines[1].startswith("planner: ") and "s per token, first token" in lines[1]
-    assert lines[2].startswith("lower bound on the request")
-    for name in ("airllm", "accelerate", "llamacpp", "density", "resident", "stream"):  # the baselines, as before
+    assert lines[1].startswith("what to run: each engine's fastest placement at these budgets")
+    ours = _entry(lines, "offloadsim's engine")
+    assert ours[1] == "offloadsim run CHECKPOINT --plan plan.json --prompt 'Hello' --max-new-tokens 3"
+    assert "save the plan first" in ours[2]
+    assert _entry(lines, "llama.cpp")[1].startswith("llama-cli -m MODEL.gguf -ngl ")
+    assert _entry(lines, "Accelerate")[1].startswith("from transformers import")
+    assert _entry(lines, "AirLLM")[1:3] == ["from airllm import AutoModel",
+                                            "model = AutoModel.from_pretrained('CHECKPOINT')"]
+    picks = [line for line in lines if line.startswith("pick ")]
+    assert len(picks) == 1 and lines.index(picks[0]) < next(k for k, x in enumerate(lines) if x.startswith("the planner"))
+    gap = next(line for line in lines if "lower bound on the request" in line)
+    assert "gap" in gap and "no plan can beat" in gap
+    for name in ("airllm", "accelerate", "llamacpp", "density", "resident", "stream"):  # the baselines, described
         assert any(line.startswith(f"  {name:<11} ") and ("the planner)" in line or "cannot run" in line)
                    for line in lines), name
-    start = next(k for k, line in enumerate(lines) if line.startswith("engines, each with the best placement"))
-    assert lines[start + 1].startswith("  offloadsim ") and "(chosen)" in lines[start + 1]
-    assert any("slower than offloadsim" in line or "the same as offloadsim" in line for line in lines[start + 2:])
+    assert any(line.startswith("  accelerate ") and 'device_map="auto"' in line for line in lines)
+    assert any(line.startswith("  density ") and "traffic density" in line for line in lines)
+
+
+def test_pick_names_the_fastest_runnable_engine_or_says_it_is_close():
+    from types import SimpleNamespace
+    from offloadsim.plan_text import pick_line
+    plans = {n: SimpleNamespace(time_per_token_s=t) for n, t in
+             (("offloadsim", 1.0), ("llamacpp", 1.05), ("accelerate", 2.5))}
+    assert pick_line(plans, ["offloadsim", "llamacpp", "accelerate"]).startswith(
+        "pick offloadsim's engine or llama.cpp: predicted within 5% of each other")
+    assert pick_line(plans, ["llamacpp", "accelerate"]) == (
+        "pick llama.cpp: predicted 2.38x faster than Accelerate, the next fastest, at these budgets.")
+    assert pick_line(plans, []).startswith("pick: none of the engines can run this model")
+
+
+def test_device_map_source_is_the_same_map_in_few_lines():
+    from sim.engines.accelerate.snippet import device_map_source
+    dm = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu", "model.layers.2": "cpu",
+          "model.layers.3": "cpu", "model.layers.4": "disk", "model.norm": "disk", "lm_head": "disk"}
+    src = device_map_source(dm)
+    assert "range(1, 4)" in src and src.count("model.layers") == 3
+    got = eval(src)
+    assert got == dm and list(got) == list(dm)
 
 
 def test_default_engine_json_keeps_keys_and_adds_engines(capsys):

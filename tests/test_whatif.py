@@ -20,6 +20,15 @@ def test_whatif_grid_and_ranking(capsys, tmp_path):
     assert (tmp_path / "w.png").stat().st_size > 1000
 
 
+def test_whatif_text_names_why_a_row_is_infeasible(capsys):
+    """rtx3080-laptop's GPU holds 8 GiB: a 12 GiB budget row says so, as its JSON row's reason does."""
+    rc = main(["whatif", "llama-3.1-8b", "--machine", "rtx3080-laptop", "--vary", "vram=4GiB,12GiB", "--new-tokens",
+               "2", "--workers", "1"])
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.strip().startswith("12GiB"))
+    assert rc == 0 and "infeasible: " in row and "vram" in row.split("infeasible: ")[1]
+
+
 def test_whatif_bad_vary(capsys):
     rc = main(["whatif", "qwen3-14b", "--vary", "disk=fast"])
     assert rc == 2 and "vary: 'disk=fast'" in capsys.readouterr().err
@@ -34,12 +43,20 @@ def test_parse_vary_refuses_an_empty_value_list():
 
 def test_pareto(capsys, tmp_path):
     rc = main(["pareto", "qwen3-14b", "--machine", "rtx3080-laptop", "--points", "2", "--new-tokens", "3",
-               "--out", str(tmp_path / "p.png"), "--json"])
+               "--chart", str(tmp_path / "p.png"), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and len(data["by_vram"]) == 2 and (tmp_path / "p.png").exists()
     for row in data["by_vram"]:
         others = [v for k, v in row.items() if k not in ("vram_bytes", "planner") and v]
         assert row["planner"] <= min(others) * (1 + 1e-6)
+
+
+def test_pareto_writes_no_file_unless_asked_and_shows_progress(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = main(["pareto", "llama-3.1-8b", "--machine", "rtx3080-laptop", "--points", "2", "--new-tokens", "2"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and list(tmp_path.iterdir()) == []
+    assert "--chart FILE.png" in out and "pareto (budgets planned)" in err and "4/4" in err  # 2 VRAM + 2 RAM budgets
 
 
 def test_sweep_arguments_refused_with_one_sentence(capsys):

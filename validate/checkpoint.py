@@ -1,4 +1,5 @@
-"""Random-weight Hugging Face checkpoints made from a config with transformers (no hub), small or full size."""
+"""Random-weight Hugging Face checkpoints made from a config with transformers (no hub), small or full size, with a
+small character-level tokenizer (validate/tiny_tokenizer.py) so that `offloadsim run` can talk to them."""
 from __future__ import annotations
 
 import json
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from hwmodels.units import InputError
 from sim.model.resolve import preset_config
+from validate.tiny_tokenizer import tiny_vocab, write_tiny_tokenizer
 
 
 def make_config(preset: str, **overrides) -> dict:
@@ -28,13 +30,16 @@ def make_config(preset: str, **overrides) -> dict:
 
 
 def make_checkpoint(cfg: dict, out: Path, seed: int = 0, device: str = "cpu") -> Path:
-    """Write config.json and safetensors with random weights (std 0.02) through transformers' save_pretrained."""
+    """Write config.json and safetensors with random weights (std 0.02) through transformers' save_pretrained, and
+    the tiny tokenizer, whose begin and end tokens the config names."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     out = Path(out)
     if out.exists() and any(out.glob("*.safetensors")):
         raise InputError(f"out: {str(out)!r} already holds a checkpoint; choose an empty folder.")
+    vocab = tiny_vocab(cfg["vocab_size"])
+    cfg = dict(cfg, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"])
     torch.manual_seed(seed)
     config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if not k.startswith("_")})
     with torch.device(device):
@@ -47,6 +52,7 @@ def make_checkpoint(cfg: dict, out: Path, seed: int = 0, device: str = "cpu") ->
                 p.normal_(1.0, 0.02)
     tmp = out.with_name(out.name + ".partial")
     model.save_pretrained(tmp, max_shard_size="4GB")
+    write_tiny_tokenizer(tmp, cfg["vocab_size"])
     cfg_written = json.loads((tmp / "config.json").read_text())
     cfg_written["model_type"] = cfg["model_type"]
     (tmp / "config.json").write_text(json.dumps(cfg_written, indent=1))

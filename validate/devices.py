@@ -28,6 +28,13 @@ def plan_devices(plan, device: torch.device) -> list[torch.device]:
     return [torch.device("cuda", g) for g in range(n)]
 
 
+def synchronize(devices: list[torch.device]) -> None:
+    """Wait for every GPU's work (nothing without CUDA)."""
+    for d in devices:
+        if d.type == "cuda":
+            torch.cuda.synchronize(d)
+
+
 def unit_gpus(shape, plan) -> dict[str, int]:
     """Unit name -> the GPU index it runs on (0 without a split)."""
     return {u.name: (plan.devices[k] if plan.devices is not None else 0) for k, u in enumerate(shape.units)}

@@ -144,10 +144,11 @@ class Engine:
                     drop_cache(self.store / e[key])
 
     # -- the run -------------------------------------------------------------------------------------------------
-    def run(self, w: Workload, prompt: torch.Tensor | None = None, cold: bool = False) -> RunResult:
-        """Run the plan; the interpreter's thread switch interval is shortened meanwhile, because the default 5 ms
-        lets one stage thread hold the GIL while another has its item ready (measured: 40 ms -> 5 ms per token on
-        a 4-layer model streamed from pinned RAM)."""
+    def run(self, w: Workload, prompt: torch.Tensor | None = None, cold: bool = False, decoding=None) -> RunResult:
+        """Run the plan (`decoding`: validate.decoding.Decoding, how tokens are chosen and handed out); the
+        interpreter's thread switch interval is shortened meanwhile, because the default 5 ms lets one stage thread
+        hold the GIL while another has its item ready (measured: 40 ms -> 5 ms per token on a 4-layer model streamed
+        from pinned RAM)."""
         old, threads = sys.getswitchinterval(), torch.get_num_threads()
         cudnn_sdp = torch.backends.cuda.cudnn_sdp_enabled()
         # no cuDNN attention: it builds an execution plan for every new KV length (40-60 ms each on the H200,
@@ -157,22 +158,22 @@ class Engine:
         if self.cuda and any(p.compute == "cpu" for p in self.plan.placements):
             torch.set_num_threads(max(1, self.machine.cpu.cores - RESERVED_CORES))
         try:
-            return self._run(w, prompt, cold)
+            return self._run(w, prompt, cold, decoding)
         finally:
             sys.setswitchinterval(old)
             torch.set_num_threads(threads)
             torch.backends.cuda.enable_cudnn_sdp(cudnn_sdp)
 
-    def _run(self, w: Workload, prompt: torch.Tensor | None, cold: bool) -> RunResult:
+    def _run(self, w: Workload, prompt: torch.Tensor | None, cold: bool, decoding) -> RunResult:
         if cold:
             self.drop_page_cache()
         self._size_slots(w)
         if not self.cuda:
-            return StreamRun(self, w, prompt).execute()
+            return StreamRun(self, w, prompt, decoding).execute()
         for d in self.devices:
             torch.cuda.synchronize(d)
             torch.cuda.reset_peak_memory_stats(d)
-        out = StreamRun(self, w, prompt).execute()
+        out = StreamRun(self, w, prompt, decoding).execute()
         for d in self.devices:
             torch.cuda.synchronize(d)
         out.gpu_peak_bytes = max(torch.cuda.max_memory_allocated(d) - base  # the fullest GPU's, as predicted

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from hwmodels.units import InputError
-
-SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+from sim.engines.offloadsim.engine import RUNS_FAMILIES as SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -22,6 +21,8 @@ class Arch:
     eps: float
     theta: float
     qk_norm: bool
+    rope_inv: tuple[float, ...] | None = None  # scaled rotary frequencies (a rope_scaling type); None: theta's own
+    rope_scale: float = 1.0                    # what such a type multiplies cos and sin by
 
     @classmethod
     def from_config(cls, cfg: dict) -> "Arch":
@@ -32,9 +33,28 @@ class Arch:
         if cfg.get("tie_word_embeddings"):
             raise InputError("checkpoint: tied embeddings are not supported by the engine; set tie_word_embeddings false.")
         h, n = cfg["hidden_size"], cfg["num_attention_heads"]
+        inv, scale = _scaled_rope(cfg)
         return cls(hidden=h, heads=n, kv_heads=cfg.get("num_key_value_heads", n), head_dim=cfg.get("head_dim") or h // n,
                    eps=cfg.get("rms_norm_eps", 1e-6), theta=float(cfg.get("rope_theta") or (cfg.get("rope_parameters") or {})
-                                                                  .get("rope_theta", 10000.0)), qk_norm=t == "qwen3")
+                                                                  .get("rope_theta", 10000.0)), qk_norm=t == "qwen3",
+                   rope_inv=inv, rope_scale=scale)
+
+
+def _scaled_rope(cfg: dict) -> tuple[tuple[float, ...] | None, float]:
+    """The rotary frequencies of a config's rope scaling (Llama 3.1's 'llama3', 'linear', 'yarn', ...) from
+    transformers' own functions; (None, 1.0) without scaling. Types that change with the sequence length are refused."""
+    kind = (cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}).get("rope_type") \
+        or (cfg.get("rope_scaling") or {}).get("type") or "default"
+    if kind == "default":
+        return None, 1.0
+    if kind in ("dynamic", "longrope"):
+        raise InputError(f"checkpoint: rope scaling {kind!r} changes with the sequence length and the engine does not "
+                         "implement it; use a checkpoint without it.")
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if not k.startswith("_")})
+    inv, scale = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+    return tuple(float(x) for x in inv), float(scale)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -45,10 +65,14 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rope(positions: torch.Tensor, arch: Arch, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    inv = 1.0 / (arch.theta ** (torch.arange(0, arch.head_dim, 2, device=positions.device, dtype=torch.float) / arch.head_dim))
+    if arch.rope_inv is not None:
+        inv = torch.tensor(arch.rope_inv, device=positions.device, dtype=torch.float)
+    else:
+        inv = 1.0 / (arch.theta ** (torch.arange(0, arch.head_dim, 2, device=positions.device, dtype=torch.float)
+                                    / arch.head_dim))
     freqs = positions[:, None].float() * inv[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    return (emb.cos() * arch.rope_scale).to(dtype), (emb.sin() * arch.rope_scale).to(dtype)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

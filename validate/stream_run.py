@@ -22,7 +22,7 @@ from sim.plan import Budgets, Workload
 from sim.run.items import GPU_LOAD
 from sim.run.placed import build_placed_schedule
 from validate import model as M
-from validate.devices import HostKV, StepState, hand_off, make_caches, move_kv
+from validate.devices import HostKV, StepState, hand_off, make_caches, move_kv, synchronize
 from validate.recording import Clock, to_events
 from validate.store import views
 from validate.run_result import RunResult
@@ -32,9 +32,11 @@ from validate.stream_stages import StageThreads
 class StreamRun(StageThreads):
     """The per-run state (events, pools, buffers) and one method per stage; `execute()` returns the RunResult."""
 
-    def __init__(self, engine, w: Workload, prompt: torch.Tensor | None):
+    def __init__(self, engine, w: Workload, prompt: torch.Tensor | None, decoding=None):
+        """`decoding` (validate.decoding.Decoding): sampled tokens, handed out as made, a stop token; None: greedy,
+        with every step's logits kept (validation)."""
         e, p = engine, engine.plan
-        self.e, self.w = e, w
+        self.e, self.w, self.decoding = e, w, decoding
         machine = e.machine if e.machine.gpu_count >= p.gpu_count else with_gpus(e.machine, p.gpu_count)
         sch = self.sch = build_placed_schedule(e.shape, machine, p, w, Budgets.unlimited())
         self.gpu = sch.gpu.tolist()
@@ -80,7 +82,9 @@ class StreamRun(StageThreads):
         self.sync_each = (p.prefetch_depth == 0 or not p.overlap_copy) and any(x == GPU_LOAD for x in self.load)
         self.pool = ThreadPoolExecutor(e.unpack_threads)
         # logits leave the device asynchronously into pinned memory: no host wait inside the timed run
-        self.logits_host = torch.empty((w.new_tokens, w.batch, e.shape.vocab), dtype=torch.float32, pin_memory=e.cuda)
+        self.logits_host = torch.empty((w.new_tokens if decoding is None else 0, w.batch, e.shape.vocab),
+                                       dtype=torch.float32, pin_memory=e.cuda)
+        self.halted = threading.Event()  # the run stopped early (a stop token): the stage threads return
         self.tokens: list[torch.Tensor] = []
 
     # -- the compute thread -------------------------------------------------------------------------------------
@@ -108,7 +112,7 @@ class StreamRun(StageThreads):
                 x = M.decoder_layer(x, weights, e.arch, cache, start, cos, sin, pos)
             st.x.copy_(x)
         else:
-            out = M.head(st.x.to(dev), weights, e.arch)
+            out = M.head(st.x[:, -1:].to(dev), weights, e.arch)  # the last position's logits: move only its state
             st.logits.copy_(out)
             st.tok.copy_(out.argmax(-1))
 
@@ -147,7 +151,10 @@ class StreamRun(StageThreads):
         if isinstance(kv, HostKV):
             kv.copy_back(self.start, st.x.shape[1])
         if kind == "lm_head":
-            self.logits_host[s].copy_(st.logits, non_blocking=True)
+            if self.decoding is not None:
+                self.decoding.choose(s, st.logits, st.tok)
+            else:
+                self.logits_host[s].copy_(st.logits, non_blocking=True)
             self.tokens.append(st.tok.clone())
 
     def prepare(self) -> None:
@@ -180,8 +187,7 @@ class StreamRun(StageThreads):
                 c.k.zero_()
                 c.v.zero_()
         self.start = 0
-        if e.cuda:
-            torch.cuda.synchronize()
+        synchronize(e.devices)
 
     def capture(self) -> None:
         """CUDA graphs of every GPU-placed unit for the prefill and the decode step, one per weight source (its
@@ -267,12 +273,16 @@ class StreamRun(StageThreads):
         for t in threads:
             t.start()
         failed = True
+        if self.decoding is not None:
+            self.decoding.start(self.w.new_tokens, self.w.batch, self.e.cuda)
         try:
             with torch.inference_mode():
                 for i in range(self.n):
+                    if self.stops_before(i):
+                        self.stop_stages()
+                        break
                     self.compute(i)
-            for d in self.e.devices if self.e.cuda else ():
-                torch.cuda.synchronize(d)
+            synchronize(self.e.devices)
             failed = False
         finally:
             for ev in self.started + self.finished + self.ready + self.host_done + self.unpacked:
@@ -280,8 +290,12 @@ class StreamRun(StageThreads):
             for t in threads:  # after a failure a stage may sit on an empty pool: do not wait for it
                 t.join(timeout=1 if failed else 60)
             self.pool.shutdown()
+            if self.decoding is not None:
+                self.decoding.finish()
         if self.errors:
             raise self.errors[0]
+        if self.halted.is_set():  # a stage may have copied once more before it saw the halt
+            synchronize(self.e.devices)
         self.graphed = bool(self.graphs)
         self.graphs.clear()
         events = to_events(self.records, self.clock, self.sch, self.names)

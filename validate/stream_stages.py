@@ -25,6 +25,24 @@ class StageThreads:
         if self.sch.gate[i] >= 0:
             self.finished[int(self.sch.gate[i])].wait()
 
+    def stops_before(self, i: int) -> bool:
+        """Whether the run ends before item `i`: the first item of a step, after the decoding asked to halt."""
+        d = self.decoding
+        return d is not None and i > 0 and self.steps[i] != self.steps[i - 1] and d.halt.is_set()
+
+    def stop_stages(self) -> None:
+        """Let the stage threads return: the halt flag, and a stand-in in every pool a stage may be waiting on."""
+        self.halted.set()
+        vram = [(pool, self.e.slot_gpu.count(g), (None, None)) for g, pool in enumerate(self.vram_pools)]
+        for pool, count, blank in ((self.pinned_pool, len(self.e.pinned_slots), None),
+                                   (self.read_pool, len(self.e.read_slots), None), *vram):
+            for _ in range(count):
+                pool.put(blank)
+
+    def stopping(self) -> bool:
+        """A stage returns: a stage failed, or the run ended early (StreamRun.stop_stages)."""
+        return bool(self.errors) or self.halted.is_set()
+
     def guarded(self, fn):
         def inner():
             try:
@@ -45,10 +63,14 @@ class StageThreads:
             row = TIER_ROWS[e.tiers[name].tier]
             if self.pin[i]:
                 self.staging[i] = self.pinned_pool.get()
+            if self.stopping():
+                return
             if self.read_b[i] > 0:
                 t0 = clock.now()
                 if row.packed_reads:
                     zbuf = self.read_pool.get()
+                    if self.stopping():
+                        return
                     read_into(e.store / e.files[name]["zst"], e.zmeta[name], torch.from_numpy(zbuf))
                     self.staging[i] = (self.staging[i], zbuf[: e.zmeta[name]["stored"]], zbuf)
                 else:
@@ -67,6 +89,8 @@ class StageThreads:
                 self.host_done[i].wait()
             else:
                 self.gate(k)
+            if self.stopping():
+                return
             name = self.names[self.units[i]]
             src = self.staging[i]
             dest, packed, zbuf = (src if isinstance(src, tuple) else (src, e.packed[name], None))
@@ -94,7 +118,7 @@ class StageThreads:
                 self.host_done[i].wait()
             else:
                 self.gate(k)
-            if self.errors:
+            if self.stopping():
                 return
             src = self.staging[i] if self.staging[i] is not None else e.host.get(name)
             if self.load[i] == CPU_READ:
@@ -107,6 +131,8 @@ class StageThreads:
                 if self.comp_end[i - 1] is not None:
                     self.comp_end[i - 1].synchronize()
             slot, done = vram_pool.get()
+            if self.stopping():
+                return
             nbytes = e.meta[name]["nbytes"]
             if e.cuda:
                 with torch.cuda.stream(copy_stream):

@@ -87,6 +87,8 @@ def main() -> int:
     ck, prof = work / "ckpt", work / "profile.json"
     rec = {"shape": shape, "cases": [], "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     work.mkdir(parents=True, exist_ok=True)
+    if args.traces:
+        Path(args.traces).mkdir(parents=True, exist_ok=True)
     if not ck.exists() and cli("make-checkpoint", *shape, "--device", "cuda", "--out", str(ck)).returncode:
         return 1
     log("checkpoint")

@@ -107,8 +107,8 @@ def grid_time_s(grid: ComputeGrid, batch: int, new_tokens: int, context: int, sc
     Inside the grid: linear interpolation. Above it: the grid's last segment continued along `scale(b, s, k)` (the
     roofline's time) at the slope measured there; below the grid, the nearest point. A CPU prompt longer than the
     grid's longest is read as the same tokens in more sequences of that length where the batch axis covers them
-    (_same_tokens_batch), plus its longer attention: measured at the grid's long_prompts where it has them
-    (_attention_excess_s), else priced along the roofline at the measured time per roofline second there."""
+    (_same_tokens_batch), its longer attention (the roofline's FLOPs beyond those prompts') at the time per roofline
+    second measured there."""
     pre, dec = _interpolators(grid)
 
     def at(f, cols, b, y):
@@ -131,8 +131,6 @@ def grid_time_s(grid: ComputeGrid, batch: int, new_tokens: int, context: int, sc
     if wide is not None:
         longest = grid.prefill_tokens[-1]
         t = _wide_s(grid, lambda b: at(pre, grid.prefill_tokens, b, longest), wide)
-        if grid.long_prompts and grid.unit.attn_flops_per_ctx_token:
-            return t + batch * _attention_excess_s(grid, lambda b: at(pre, grid.prefill_tokens, b, longest), new_tokens)
         # the same matrix products; the longer prompt's attention (quadratic in its length) at the rate measured there
         return t if scale is None else t * scale(batch, new_tokens, 0) / scale(wide, longest, 0)
     t = inside(cb, cn, cc)
@@ -163,26 +161,9 @@ def _wide_s(grid: ComputeGrid, at_longest, b: float) -> float:
     return t_top + (b - top) * max(t_top - at_longest(prev), 0.0) / (top - prev)
 
 
-def _attention_excess_s(grid: ComputeGrid, at_longest, n: int) -> float:
-    """What one sequence's n-token prompt costs beyond as many tokens in prompts of the grid's longest length: its
-    attention over the longer prompt. Measured at the grid's long_prompts (batch 1: long_prefill_s less the same
-    tokens in short prompts), zero at the longest short prompt, linear in n^2 between, and growing as n^2 past the
-    last (the attention's query x key pairs). A measured point under the short prompts' time is the host's drift: 0."""
-    p = grid.prefill_tokens[-1]
-    xs, ys = [float(p * p)], [0.0]
-    for length, secs in zip(grid.long_prompts, grid.long_prefill_s):
-        xs.append(float(length * length))
-        ys.append(max(secs - _wide_s(grid, at_longest, length / p), 0.0))
-    n2 = float(n * n)
-    if n2 <= xs[-1]:
-        return float(np.interp(n2, xs, ys))
-    return ys[-1] * n2 / xs[-1]
-
-
 def _same_tokens_batch(grid: ComputeGrid, batch: int, new_tokens: int, context: int) -> float | None:
     """For a CPU prompt (empty cache) longer than the grid's longest, the batch of prompts of that longest length
-    that holds as many tokens, where the grid measured that many (None otherwise; with long_prompts measured, any
-    such batch: past the batch axis it is continued along its last segment, _wide_s). On the CPU a short prompt's cost is
+    that holds as many tokens (past the batch axis continued along its last segment, _wide_s; None for a GPU grid). On the CPU a short prompt's cost is
     its matrix products over all its tokens, whichever sequences they belong to: over the 20 CPU decoder grids of
     lab/data/peers/peers-{c..i}.json, 4 prompts of 16 tokens took a median 2.9% from 1 prompt of 64, and 16 of 16 a
     median 4.3% from 4 of 64 (worst 41 and 31%). Continuing the prompt axis along the roofline instead priced the first
@@ -191,7 +172,7 @@ def _same_tokens_batch(grid: ComputeGrid, batch: int, new_tokens: int, context: 
     if grid.device != "cpu" or context or new_tokens <= grid.prefill_tokens[-1]:
         return None
     b = batch * new_tokens / grid.prefill_tokens[-1]
-    return b if grid.batch[0] <= b <= grid.batch[-1] or grid.long_prompts and b >= grid.batch[0] else None
+    return b if b >= grid.batch[0] else None
 
 
 def _inner(axis: tuple[int, ...], edge: int) -> int:

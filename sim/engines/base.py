@@ -7,6 +7,7 @@ request (Engine.pricing), whose hooks return the engine's part of each number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -121,6 +122,29 @@ class Pricing:
         """Adjust the finished schedule (after its warm contents are known)."""
 
 
+@dataclass(frozen=True)
+class RunRef:
+    """What a user runs a plan with (Engine.how_to_run): the model as they named it (`ref`: a folder, a .gguf file, a
+    Hub id or a preset name), the plan, the request, the machine, the budgets, and where the plan was saved."""
+    model: ModelShape
+    ref: str
+    plan: Plan
+    w: Workload
+    machine: MachineSpec
+    budgets: Budgets
+    plan_file: str | None = None
+
+    def weights(self, kind: str) -> str:
+        """The name a command gives the weights: the user's own where it is of `kind` ('gguf': a .gguf file,
+        'folder': a checkpoint folder, 'hf': a folder or a Hub id), else a placeholder to replace."""
+        if kind == "gguf":
+            return self.ref if self.ref.endswith(".gguf") else "MODEL.gguf"
+        if Path(self.ref).is_dir():
+            return self.ref
+        hub_id = "/" in self.ref and not Path(self.ref).exists() and not self.ref.endswith((".json", ".gguf"))
+        return self.ref if kind == "hf" and hub_id else "CHECKPOINT"
+
+
 class Engine:
     """An engine: its name, costs model, placements and Pricing class. Subclasses set the class attributes."""
     name: ClassVar[str]
@@ -137,6 +161,7 @@ class Engine:
     computes_rest_on_cpu: ClassVar[bool] = False  # its placement computes on the CPU what the GPU does not hold
     plans_itself: ClassVar[bool] = False  # the planner (planner/core.py) plans for it rather than best_plan
     kv_homes: ClassVar[tuple[str, ...]] = ("vram",)  # where it can keep the KV cache of its GPU layers (Plan.kv)
+    default_placement: ClassVar[str] = ""  # what it does with no plan, in words (its own placement policy)
     fitting: ClassVar[Any] = None  # what validate/peer_calibration.py fits of its costs (sim.engines.measured.Fitting)
 
     def policies(self) -> dict[str, Policy]:
@@ -185,6 +210,11 @@ class Engine:
 
     def export(self, model: ModelShape, plan: Plan, w: Workload, machine: MachineSpec, budgets: Budgets) -> dict:
         raise InputError(f"export: {self.label} takes no placement; drop --export.")
+
+    def how_to_run(self, ref: RunRef) -> tuple[list[str], str]:
+        """(the command or code that runs `ref.plan` with this engine, a line on what to replace or why it cannot
+        run this model; '' when nothing)."""
+        return [], f"{self.label} has no command here"
 
     def costs_from(self, raw: dict[str, Any]) -> Costs:
         return validate_costs(self.name, self.costs_model, raw)

@@ -9,7 +9,8 @@ from sim.engines.accelerate.hook_cost import hook_module_s
 from sim.engines.accelerate.placement import accelerate
 from sim.engines.accelerate.planning import best_accelerate_map
 from sim.engines.accelerate.pricing import AcceleratePricing
-from sim.engines.base import Engine
+from sim.engines.accelerate.snippet import accelerate_snippet
+from sim.engines.base import Engine, RunRef
 
 
 class AccelerateEngine(Engine):
@@ -25,6 +26,7 @@ class AccelerateEngine(Engine):
     pricing_class = AcceleratePricing
     exports = True
     export_form = "an Accelerate device_map"
+    default_placement = 'device_map="auto" (what transformers does with no plan)'
     calibration_method = ("each tensor's safetensors open per forward, as a line in its file's header entries "
                           "(sim/engines/accelerate/disk_cost.py); its offload hooks per module "
                           "(sim/engines/accelerate/hook_cost.py)")
@@ -46,6 +48,13 @@ class AccelerateEngine(Engine):
 
     def export(self, model, plan, w, machine, budgets) -> dict:
         return to_accelerate(model, plan, w, budgets.vram_bytes, budgets.ram_bytes)
+
+    def how_to_run(self, ref: RunRef) -> tuple[list[str], str]:
+        weights = ref.weights("hf")
+        export = self.export(ref.model, ref.plan, ref.w, ref.machine, ref.budgets)
+        notes = [n.rstrip(".") for n in export["notes"]] + ([f"replace {weights} with the model's Hugging Face id or folder"]
+                                         if weights == "CHECKPOINT" else [])
+        return accelerate_snippet(export, weights, ref.w.new_tokens), "; ".join(notes)
 
 
 ENGINE = AccelerateEngine()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from sim.costs.memory import PlanError
-from sim.engines.base import Engine
+from sim.engines.base import Engine, RunRef
 from sim.engines.llamacpp.costs import LlamacppCosts
 from sim.engines.llamacpp.export import to_llamacpp
 from sim.engines.llamacpp.fitting import FITTING
@@ -34,6 +34,7 @@ class LlamacppEngine(Engine):
     export_form = "llama.cpp -ngl/-ot arguments"
     computes_rest_on_cpu = True
     kv_homes = ("vram", "cpu")  # -nkvo: the cache in RAM, attention on the CPU
+    default_placement = "its default --fit placement (as many layers on the GPU as fit)"
 
     def policies(self) -> dict:
         return {"llamacpp": llamacpp}
@@ -61,6 +62,13 @@ class LlamacppEngine(Engine):
         return [f"priced as a llama.cpp build {'with' if costs.flash_attention else 'without'} its CUDA "
                 "flash-attention kernels (llama.cpp's default has them); for the other, set flash_attention = "
                 f"{str(not costs.flash_attention).lower()} under [{machine.name}.peers.llamacpp]"]
+
+    def how_to_run(self, ref: RunRef) -> tuple[list[str], str]:
+        export = self.export(ref.model, ref.plan, ref.w, ref.machine, ref.budgets)
+        weights = ref.weights("gguf")
+        notes = [n.rstrip(".") for n in export["notes"]] + ([f"MODEL.gguf: the model as a GGUF file in {ref.model.weight_format.name}"]
+                                         if weights == "MODEL.gguf" else [])
+        return [export["command"].replace("MODEL.gguf", weights)], "; ".join(notes)
 
     def measure_hint(self) -> str:
         return ("; measure them with offloadsim calibrate-peer MODEL.gguf --bench BENCH.json --profile MACHINE (the "
