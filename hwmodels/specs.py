@@ -5,7 +5,7 @@ pydantic raises ValidationError, which the CLI turns into one sentence.
 """
 from __future__ import annotations
 
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, NonNegativeFloat, NonNegativeInt,
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
                       model_serializer, model_validator)
 
 from hwmodels.profiles import ComputeGrid, H2DPoint
@@ -80,6 +80,16 @@ class GpuSpec(Spec):
                                    "(laptop and entry cards); None: x16.")
     measured_h2d_bytes_per_s: PositiveFloat | None = Field(
         default=None, description="A published pinned host-to-device measurement on this card's link, if any.")
+    host_link: str | None = Field(default=None, description="The CPU-GPU link when it is not the card's PCIe "
+                                  "(GH200: 'NVLink-C2C'); None: PCIe.")
+    host_link_peak_bytes_per_s: PositiveFloat | None = Field(
+        default=None, description="The datasheet peak per direction of host_link; set with it.")
+
+    @model_validator(mode="after")
+    def _host_link_with_its_peak(self):
+        if (self.host_link is None) != (self.host_link_peak_bytes_per_s is None):
+            raise ValueError("host_link and host_link_peak_bytes_per_s are given together or not at all")
+        return self
 
 
 class CpuSpec(Spec):

@@ -136,3 +136,18 @@ def unknown_name(field: str, value: str, known: list[str]) -> InputError:
     close = difflib.get_close_matches(str(value), known, n=3, cutoff=0.4)
     hint = f"did you mean {', '.join(close)}?" if close else f"choose one of {', '.join(sorted(known))}."
     return InputError(f"{field}: unknown name {str(value)[:80]!r}; {hint}")
+
+
+# the memory sizes a machine or a budget may have: from 64 KiB (the tiny random checkpoints of the tests need a few
+# hundred KB; less holds no layer of any model) to 1 PiB (above any machine built)
+MIN_MEMORY_BYTES, MAX_MEMORY_BYTES = 2**16, 2**50
+
+
+def check_size(nbytes: int, field: str, text=None) -> int:
+    """A memory size or budget within [MIN_MEMORY_BYTES, MAX_MEMORY_BYTES], else InputError naming the field, the
+    value and the fix (every command's --vram, --ram, --ram-budget, --pinned, --gpu-vram)."""
+    if not MIN_MEMORY_BYTES <= nbytes <= MAX_MEMORY_BYTES:
+        shown = text if text is not None else nbytes
+        side = "less than 64 KiB" if nbytes < MIN_MEMORY_BYTES else "more than 1 PiB"
+        raise InputError(f"{field}: {shown!r} is {side}; give a size or budget from 64KiB to 1PiB, such as 16GiB.")
+    return nbytes

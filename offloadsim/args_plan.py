@@ -50,11 +50,19 @@ def add_whatif(sub: argparse._SubParsersAction, model_args, machine_args) -> Non
     model_args(p)
     machine_args(p)
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
-                   help="storage=PRESETS, vram=SIZES, ram=SIZES, link=pcie3,pcie4,..., cpu=PRESETS, gpu=PRESETS, "
-                   "gpus=1,2 (GPU count), context=4k,32k,128k (prompt plus generated tokens)")
+                   help="storage=PRESETS, vram=SIZES, ram=SIZES, link=pcie3,pcie4x8,..., cpu=PRESETS, gpu=PRESETS, "
+                   "gpus=1,2 (GPU count), model=MODELS (then MODEL is not used), context=PROMPT_TOKENS (4096 or 4k), "
+                   "batch=SEQUENCES")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=3)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2,
+                   help="worker processes of a local Dask cluster for grids of 256 combinations or more (the sweep "
+                   "extra; without it the grid runs in this process)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run on a Dask scheduler already running, like tcp://10.0.0.5:8786 (its workers need offloadsim)")
+    p.add_argument("--results", default=None, metavar="FILE.jsonl",
+                   help="stream one JSON line per combination to this file as each completes; rerun with the same "
+                   "file to skip the combinations already in it (needed above 100,000 combinations)")
     p.add_argument("--plot", default=None, help="bar chart of the single upgrades")
     p.add_argument("--json", action="store_true")

@@ -8,17 +8,14 @@ from offloadsim import handlers
 
 def add_workload(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vram", default=None, help="VRAM budget, e.g. 4GiB (default: the GPU's)")
-    ram_help = ("RAM budget, e.g. 32GiB (default: RAM less 4 GiB); with --gpu/--storage/--link/--cpu it is the "
-                "composed machine's installed RAM instead")
-    if "--ram" in p._option_string_actions:
-        from offloadsim.machine_flags import ram_is_budget
-        ram_is_budget(p, ram_help)
-    else:
-        p.add_argument("--ram", default=None, help=ram_help)
+    p.add_argument("--ram-budget", default=None, help="RAM budget, e.g. 32GiB (default: the machine's RAM less "
+                   "4 GiB; --ram is the machine's installed RAM)")
     p.add_argument("--pinned", default=None, help="pinned RAM budget (default: half the RAM budget)")
     p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
     p.add_argument("--prompt-tokens", type=int, default=128, help="prompt length of the prefill step")
     p.add_argument("--new-tokens", type=int, default=16, help="tokens generated (prefill + N-1 decode steps)")
+    p.add_argument("--context", type=int, default=None, help="tokens of context per sequence to reserve a KV cache "
+                   "for, as the exported command's -c (default: prompt + new tokens)")
     p.add_argument("--expert-skew", type=float, default=0.0, help="Zipf exponent of expert popularity")
     p.add_argument("--seed", type=int, default=0)
     cache = p.add_mutually_exclusive_group()

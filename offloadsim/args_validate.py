@@ -24,7 +24,8 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(run=handlers.calibrate)
     c.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     c.add_argument("--base", default="h200-testbox", help="preset whose unmeasured values the profile keeps")
-    c.add_argument("--model", default="llama-3.1-8b", help="preset or config.json whose decoder layer is timed")
+    c.add_argument("--model", default="llama-3.1-8b", help="preset, config.json, checkpoint folder or Hugging Face id (Qwen/Qwen3-8B) whose decoder "
+                   "layer is timed")
     c.add_argument("--dir", default=".", help="folder on the disk to measure")
     c.add_argument("--out", default="profile.json")
     c.add_argument("--peer", action="append", default=[], metavar="ENGINE",
@@ -47,7 +48,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--profile", default=None, help="machine profile JSON (offloadsim calibrate) or preset")
     v.add_argument("--store", default=None, help="layer store folder (default: CHECKPOINT/.offloadsim-store)")
     v.add_argument("--vram", default=None)
-    v.add_argument("--ram", default=None)
+    v.add_argument("--ram-budget", default=None, help="RAM budget (default: the profile's RAM less 4 GiB)")
     v.add_argument("--prompt-tokens", type=int, default=16)
     v.add_argument("--new-tokens", type=int, default=4)
     v.add_argument("--batch", type=int, default=1)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from hwmodels.presets import load_machine
+from hwmodels.presets import get_machine, load_machine
 from hwmodels.units import InputError
 from offloadsim.hwreport import format_gap, gap_rows, machine_detail, machines_rows, parts_rows
 from offloadsim.output import emit
@@ -30,7 +30,9 @@ def hw(args: argparse.Namespace) -> int:
     if hasattr(args.machine, "resolve") and args.name and args.machine.base is None:
         from dataclasses import replace
         args.machine = replace(args.machine, base=args.name)
-    d = machine_detail(args.name if args.machine is None else load_machine(args.machine))
+    machine = get_machine(args.name) if args.machine is None else load_machine(args.machine)
+    # "machine": the whole spec, so that this JSON loads back as --machine FILE
+    d = {**machine_detail(args.name if args.machine is None else machine), "machine": machine.model_dump(mode="json")}
     text = f"{d['name']}: {d['description']}\n" + (f"  composed on base {d['base']}\n" if "base" in d else "") + \
         "\n".join(f"  {v['field']:<38} {v['value']!s:<24} {v['source']}" for v in d["values"])
     return emit(args, d, text)
@@ -39,12 +41,22 @@ def hw(args: argparse.Namespace) -> int:
 def hw_detect(args: argparse.Namespace) -> int:
     """`hw detect`: this machine's parts measured where possible, the rest from presets, written as a profile."""
     from offloadsim.detect import detect_machine
+    from offloadsim.machine_flags import compose, with_gpu_values
     from offloadsim.outputs import check_output
     from hwmodels.files import write_atomic
 
     out = check_output(args.out, "out", (), (".json",))
-    machine, notes = detect_machine(args.disk_path)
-    d = machine_detail(machine)
+    request = args.machine if hasattr(args.machine, "resolve") else None
+    base = request.base if request is not None else args.machine
+    machine, notes = detect_machine(args.disk_path, base)
+    if request is not None:  # the parts the user names replace what was detected
+        machine = with_gpu_values(compose(machine, request.parts, request.ram, base_named=False), request.gpu_values)
+        given = {**request.parts, **({"ram": request.ram} if request.ram else {}), **request.gpu_values}
+        notes.append("given by flags, replacing what was detected: "
+                     + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in given.items()))
+    if base is not None:
+        notes.append(f"values not measured come from {base} (--machine)")
+    d = {**machine_detail(machine), "machine": machine.model_dump(mode="json")}
     if out is not None:
         write_atomic(out, machine.model_dump_json(indent=1))
     text = "\n".join(notes) + "\n" + "\n".join(f"  {v['field']:<38} {v['value']!s:<24} {v['source']}"
@@ -56,4 +68,4 @@ def hw_detect(args: argparse.Namespace) -> int:
 
 def gap(args: argparse.Namespace) -> int:
     rows = gap_rows()
-    return emit(args, rows, format_gap(rows) + "\nratio = VRAM bandwidth / host-to-GPU bandwidth (x16, per direction)")
+    return emit(args, rows, format_gap(rows))

@@ -156,6 +156,8 @@ def _tail_lines(args, data: dict) -> list[str]:
             lines.append(f"{name[:48]:<48} {r['kind']:<13} {r['nbytes'] / 1e6:9.1f} {r['tier']:<15} {r['compute']:<4} {gain:>16}")
     if "export" in data:
         lines.append(data["export"].get("python") or data["export"]["command"])
+        if data["export"].get("requires"):
+            lines.append(f"requires: {data['export']['requires']}")
         lines += [f"note: {n}" for n in data["export"]["notes"]]
     if args.out:
         lines.append(f"plan written to {args.out}")
@@ -207,7 +209,7 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     machine = load_machine(args.machine)
     w = resolve_workload(args)
     budgets = resolve_budgets(args, machine)  # every budget checked, though the sweep varies VRAM itself
-    ram = budgets.ram_bytes if args.ram is not None else None
+    ram = budgets.ram_bytes if args.ram_budget is not None else None
     model = resolve_model(args)
     limits.check_request(model, machine, w, items=limits.MAX_ITEMS // args.points)
     from planner.pareto import plot, sweep
@@ -222,61 +224,3 @@ def pareto_cmd(args: argparse.Namespace) -> int:
     lines.append(f"figure written to {args.chart}" if out is not None else "(--chart FILE.png draws these curves)")
     return emit(args, data, "\n".join(lines))
 
-
-def whatif_cmd(args: argparse.Namespace) -> int:
-    plot_out = check_output(args.plot, "plot", (args.model, args.machine), (".png", ".svg", ".pdf"))
-    if not args.vary:
-        raise InputError("vary: nothing to vary; give at least one --vary KEY=V1,V2, e.g. --vary storage=nvme-gen4,nvme-gen5.")
-    workers = limits.workers(args.workers)
-    combos = _check_vary(args.vary)
-    machine = load_machine(args.machine)
-    w = limits.workload(args)
-    model = resolve_model(args)
-    limits.check_request(model, machine, w, items=limits.MAX_ITEMS * 4 // combos)
-    from planner.whatif import grid, parse_vary, plot as plot_whatif
-    try:
-        vary = parse_vary(args.vary)
-    except InputError as exc:
-        msg = str(exc)
-        raise InputError(msg if msg.startswith("vary") else f"vary {msg}") from None
-    data = grid(model, machine, w, vary, workers=workers, progress=not args.json)
-    if plot_out:
-        with atomic(plot_out) as tmp:
-            plot_whatif(data, str(tmp))
-    keys = list(vary)
-    lines = [" ".join(f"{k:>12}" for k in keys) + f" {'TTFT s':>9} {'s/token':>9} {'tok/s':>8}  critical"]
-    for r in sorted(data["rows"], key=lambda r: r.get("time_per_token_s", float("inf")))[:40]:
-        if r["feasible"]:
-            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f" {r['ttft_s']:9.3f} {r['time_per_token_s']:9.4f} "
-                         f"{r['tokens_per_s']:8.2f}  {r['bottleneck']} ({r['policy']})")
-        else:
-            lines.append(" ".join(f"{r['combo'][k]:>12}" for k in keys) + f"  infeasible: {r.get('reason') or 'no plan fits'}")
-    if len(data["rows"]) > 40:
-        lines.append(f"... {len(data['rows']) - 40} more (--json for all)")
-    lines.append("single upgrades from " + ", ".join(f"{k}={v}" for k, v in data["base"].items()) + ":")
-    lines += [f"  {u['change']:<24} {u['speedup']:6.2f}x  ({u['time_per_token_s']:.4f} s/token)" for u in data["upgrades"]]
-    return emit(args, data, "\n".join(lines))
-
-
-def _check_vary(items: list[str]) -> int:
-    """Each --vary is KEY=V1,V2 with a known key, given once, with distinct non-empty values; returns the combinations."""
-    keys = ("storage", "vram", "ram", "link", "cpu", "gpu", "gpus", "context")
-    seen: set[str] = set()
-    combos = 1
-    for item in items:
-        key, eq, values = str(item).partition("=")
-        key = key.strip()
-        vals = [v.strip() for v in values.split(",")]
-        if not eq or key not in keys or not values.strip() or any(not v for v in vals):
-            raise InputError(f"vary: {item[:80]!r} is not KEY=V1,V2 with KEY one of {', '.join(keys)} and no empty "
-                             "values; e.g. --vary storage=sata,nvme-gen4.")
-        if key in seen:
-            raise InputError(f"vary: {key!r} is given twice; put all its values in one --vary {key}=V1,V2.")
-        if len(set(vals)) != len(vals):
-            raise InputError(f"vary: {item[:80]!r} repeats a value; give each value once.")
-        seen.add(key)
-        combos *= len(vals)
-        if combos > limits.MAX_WHATIF_COMBOS:
-            raise InputError(f"vary: the values given make more than {limits.MAX_WHATIF_COMBOS} combinations; vary "
-                             "fewer keys or fewer values at once.")
-    return combos

@@ -81,13 +81,13 @@ def _calibrated_engines() -> list[str]:
 def calibrate_cmd(args: argparse.Namespace) -> int:
     need_torch("calibrate")
     from sim.model.families import shape_from_config
-    from sim.model.resolve import preset_config, read_config
+    from sim.model.resolve import model_config
     out = check_output(args.out, "out", (args.model,), (".json",))
     if not Path(args.dir).is_dir():
         raise InputError(f"dir: {args.dir!r} is not a folder; give a folder on the disk to measure.")
     load_machine(args.base)
-    cfg = read_config(Path(args.model)) if args.model.endswith(".json") else preset_config(args.model)
-    shape = shape_from_config(cfg, source=args.model)
+    cfg, source = model_config(args.model)  # a preset, a config.json, a checkpoint folder or a Hugging Face id
+    shape = shape_from_config(cfg, source=source)
     layer = max((u.nbytes for u in shape.units if u.kind in ("decoder", "attention")), default=0)
     if layer > MAX_CALIBRATE_LAYER_BYTES:
         raise InputError(f"model: calibrate times one decoder layer and {args.model!r} has {layer / GiB:.1f} GiB "
@@ -153,7 +153,7 @@ def validate_cmd(args: argparse.Namespace) -> int:
                          "than half this machine's RAM; validate a smaller checkpoint (offloadsim make-checkpoint --layers 2).")
     w = _validate_workload(args, shape, machine)
     budgets = Budgets.of(machine, vram=parse_bytes(args.vram, "vram") if args.vram is not None else None,
-                         ram=parse_bytes(args.ram, "ram") if args.ram is not None else None)
+                         ram=parse_bytes(args.ram_budget, "ram-budget") if args.ram_budget is not None else None)
     if Path(args.plan).exists():
         plan = Plan.load(args.plan)
     elif args.plan in POLICIES:

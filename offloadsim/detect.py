@@ -117,8 +117,9 @@ def memcpy_speed(nbytes: int = 256 * 2**20) -> float:
     return nbytes / (time.perf_counter() - t0)
 
 
-def detect_machine(disk_folder: str = ".") -> tuple[MachineSpec, list[str]]:
-    """This machine's profile and one line per source of its values."""
+def detect_machine(disk_folder: str = ".", base: str | None = None) -> tuple[MachineSpec, list[str]]:
+    """This machine's profile and one line per source of its values; what is not measured comes from `base` (a
+    preset or profile; default: the preset suited to the GPU found)."""
     ram, cores, how_ram = _ram_and_cores()
     gpu, how_gpu = _gpu()
     notes, parts = [], {}
@@ -132,7 +133,7 @@ def detect_machine(disk_folder: str = ".") -> tuple[MachineSpec, list[str]]:
         notes.append(f"GPU: none found ({how_gpu}); the GPU is the base machine's preset, not this machine's")
     if gpu:
         parts["link"] = f"pcie{min(max(gpu['pcie_generation'], 3), 6)}x{gpu['pcie_lanes']}"
-    base = base_for_gpu(parts.get("gpu"))
+    base = base or base_for_gpu(parts.get("gpu"))
     m = compose(base, parts, str(ram) if ram else None, base_named=False)
     src = dict(m.sources)
     upd: dict[str, dict] = {"gpu": {}, "cpu": {}, "storage": {}, "host_memory": {}}

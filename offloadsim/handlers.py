@@ -39,7 +39,7 @@ def pareto(args: argparse.Namespace) -> int:
 
 
 def whatif(args: argparse.Namespace) -> int:
-    from offloadsim.commands_plan import whatif_cmd
+    from offloadsim.commands_whatif import whatif_cmd
     return whatif_cmd(args)
 
 

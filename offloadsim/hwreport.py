@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hwmodels import get_machine, gpu_presets, list_machines, machine_sources
-from hwmodels.presets import part_names
+from hwmodels.presets import get_part, part_names
 from hwmodels.specs import MachineSpec, pcie_theoretical_bytes_per_s
 
 
@@ -46,25 +46,39 @@ def parts_rows() -> dict[str, list[str]]:
 
 
 def gap_rows() -> list[dict]:
-    """VRAM bandwidth over host-link bandwidth per GPU, theoretical and measured where known."""
+    """VRAM bandwidth over host-to-GPU bandwidth per GPU: the datasheet link (the card's own PCIe lanes, or its
+    non-PCIe host link) and a published measurement, each in its own column with its source; no measurement, None."""
     rows = []
     for key, g in gpu_presets().items():
-        link = pcie_theoretical_bytes_per_s(g.pcie_generation, 16)
+        src = get_part("gpu", key)[1]
+        lanes = g.pcie_lanes or 16
+        if g.host_link:
+            link, peak, peak_src = g.host_link, g.host_link_peak_bytes_per_s, src.get("gpu.host_link_peak_bytes_per_s", "")
+        else:
+            link, peak = f"PCIe {g.pcie_generation}.0 x{lanes}", pcie_theoretical_bytes_per_s(g.pcie_generation, lanes)
+            peak_src = f"[C] PCIe {g.pcie_generation}.0 lane rate x {lanes} lanes ({src.get('gpu.pcie_lanes', 'x16 card')})"
         meas = g.measured_h2d_bytes_per_s
         rows.append({"gpu": key, "name": g.name, "year": g.year, "market": g.market, "vram_bytes_per_s": g.vram_bytes_per_s,
-                     "pcie_generation": g.pcie_generation, "link_theoretical_bytes_per_s": link,
-                     "ratio_theoretical": g.vram_bytes_per_s / link, "measured_h2d_bytes_per_s": meas,
-                     "ratio_measured": g.vram_bytes_per_s / meas if meas else None})
+                     "link": link, "link_datasheet_bytes_per_s": peak, "ratio_datasheet": g.vram_bytes_per_s / peak,
+                     "link_datasheet_source": peak_src, "measured_h2d_bytes_per_s": meas,
+                     "ratio_measured": g.vram_bytes_per_s / meas if meas else None,
+                     "measured_source": src.get("gpu.measured_h2d_bytes_per_s") if meas else None})
     return sorted(rows, key=lambda r: (r["year"], r["vram_bytes_per_s"]))
 
 
 def format_gap(rows: list[dict]) -> str:
-    out = [f"{'year':>4}  {'GPU':<24} {'market':<10} {'VRAM GB/s':>9}  {'PCIe':>4} {'link GB/s':>9} {'x theor':>7}"
-           f"  {'H2D GB/s':>8} {'x meas':>6}"]
+    out = [f"{'year':>4}  {'GPU':<31} {'market':<10} {'VRAM GB/s':>9}  {'host link':<13} {'datasheet GB/s':>14} "
+           f"{'ratio':>5}  {'measured GB/s':>13} {'ratio':>5}"]
     for r in rows:
-        meas = f"{r['measured_h2d_bytes_per_s'] / 1e9:8.2f} {r['ratio_measured']:6.0f}" if r["ratio_measured"] else f"{'n/a':>8} {'n/a':>6}"
-        out.append(f"{r['year']:>4}  {r['name']:<24} {r['market']:<10} {r['vram_bytes_per_s'] / 1e9:9.0f}  "
-                   f"{r['pcie_generation']:>4} {r['link_theoretical_bytes_per_s'] / 1e9:9.2f} {r['ratio_theoretical']:7.0f}  {meas}")
+        meas = f"{r['measured_h2d_bytes_per_s'] / 1e9:13.2f} {r['ratio_measured']:5.0f}" if r["ratio_measured"] else f"{'-':>13} {'-':>5}"
+        out.append(f"{r['year']:>4}  {r['name'][:31]:<31} {r['market']:<10} {r['vram_bytes_per_s'] / 1e9:9.0f}  {r['link']:<13} "
+                   f"{r['link_datasheet_bytes_per_s'] / 1e9:14.2f} {r['ratio_datasheet']:5.0f}  {meas}")
+    out.append("ratio = VRAM bandwidth / host-to-GPU bandwidth per direction. datasheet: the card's own PCIe lanes at the "
+               "generation's lane rate, or its non-PCIe link's published peak; measured: a published pinned copy.")
+    out.append("sources of the measured and non-PCIe figures:")
+    out += [f"  {r['gpu']}: measured {r['measured_source']}" for r in rows if r["measured_source"]]
+    out += [f"  {r['gpu']}: datasheet {r['link_datasheet_source']}" for r in rows if not r["link"].startswith("PCIe")
+            or "x16" not in r["link"]]
     return "\n".join(out)
 
 

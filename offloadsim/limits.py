@@ -21,7 +21,8 @@ MAX_SEED = 2**32 - 1
 MAX_EXPERT_SKEW = 10.0
 MAX_ITEMS = 60_000              # simulated (step, unit) items of one SimPy run: ~10 s on one core
 MAX_ROUTER_DRAWS = 50_000_000   # tokens x experts of one routing draw (8 bytes each)
-MAX_WHATIF_COMBOS = 10_000     # combinations of one whatif: ~30 s on 2 cores (benchmarks/bench_whatif.py)
+MAX_SWEEP_COMBOS = 10_000_000  # combinations of one whatif: a results file of about 3 GB (200-300 bytes a row)
+MAX_SWEEP_IN_MEMORY = 100_000  # rows whatif holds to print every one, monotone; beyond, --results FILE.jsonl
 MAX_WORKERS = max(1, min(64, os.cpu_count() or 1))
 
 
@@ -32,7 +33,12 @@ def workload(args, warm: bool = False) -> Workload:
     new = check_count(args.new_tokens, "new-tokens", 1, MAX_NEW_TOKENS)
     seed = check_count(getattr(args, "seed", 0), "seed", 0, MAX_SEED)
     skew = check_real(getattr(args, "expert_skew", 0.0), "expert-skew", 0.0, MAX_EXPERT_SKEW)
-    return Workload(batch=batch, prompt_tokens=prompt, new_tokens=new, warm=warm, expert_skew=skew, seed=seed)
+    context = getattr(args, "context", None)
+    if context is not None:
+        context = check_count(context, "context", prompt + new, MAX_PROMPT_TOKENS + MAX_NEW_TOKENS,
+                              "the context holds the prompt and the new tokens")
+    return Workload(batch=batch, prompt_tokens=prompt, new_tokens=new, warm=warm, expert_skew=skew, seed=seed,
+                    context=context)
 
 
 def schedule_items(model: ModelShape, w: Workload) -> int:
@@ -55,6 +61,11 @@ def check_request(model: ModelShape, machine: MachineSpec, w: Workload, items: i
         raise InputError(f"batch: {w.batch} sequences of {w.prompt_tokens} + {w.new_tokens} tokens need "
                          f"{need / GiB:.1f} GiB of KV cache and activations, more than the {room / GiB:.1f} GiB of "
                          f"VRAM and RAM on {machine.name}; lower --batch, --prompt-tokens or --new-tokens.")
+    check_work(model, w, items)
+
+
+def check_work(model: ModelShape, w: Workload, items: int = MAX_ITEMS) -> None:
+    """Refuse a request the simulator cannot run in reasonable time and memory, whatever the machine."""
     if model.is_moe and w.batch * w.prompt_tokens * model.n_routed_experts > MAX_ROUTER_DRAWS:
         raise InputError(f"prompt-tokens: routing {w.batch} x {w.prompt_tokens} prompt tokens over "
                          f"{model.n_routed_experts} experts needs more than {MAX_ROUTER_DRAWS:,} draws; lower "
@@ -67,19 +78,22 @@ def check_request(model: ModelShape, machine: MachineSpec, w: Workload, items: i
 
 
 def budgets(args, machine: MachineSpec) -> Budgets:
-    """--vram, --ram, --pinned parsed and refused above the machine's hardware."""
-    from hwmodels.units import parse_bytes
+    """--vram, --ram-budget, --pinned parsed, each within check_size's bounds, and refused above the machine's
+    hardware (every command with budgets reads them here)."""
+    from hwmodels.units import check_size, parse_bytes
 
-    vram = parse_bytes(args.vram, "vram") if getattr(args, "vram", None) is not None else None
-    ram = parse_bytes(args.ram, "ram") if getattr(args, "ram", None) is not None else None
-    pinned = parse_bytes(args.pinned, "pinned") if getattr(args, "pinned", None) is not None else None
+    def size(flag: str):
+        text = getattr(args, flag.replace("-", "_"), None)
+        return None if text is None else check_size(parse_bytes(text, flag), flag, text)
+    vram, ram, pinned = size("vram"), size("ram-budget"), size("pinned")
     gpu, host = machine.gpu.vram_bytes, machine.host_memory.capacity_bytes
     if vram is not None and vram > gpu:
-        raise InputError(f"vram: {args.vram!r} is more than the {gpu / GiB:.1f} GiB the GPU of {machine.name} has; "
-                         "give at most that, or pick a machine with a larger GPU (offloadsim hw list).")
+        raise InputError(f"vram: {args.vram!r} is more than the {gpu / GiB:.1f} GiB of the {machine.gpu.name} in "
+                         f"{machine.name}; give at most that, or describe a GPU with more memory (--gpu-vram "
+                         f"{args.vram}, or another --gpu from offloadsim hw parts).")
     if ram is not None and ram > host:
-        raise InputError(f"ram: {args.ram!r} is more than the {host / GiB:.1f} GiB of RAM in {machine.name}; give at "
-                         "most that, or use 'offloadsim whatif --vary ram=...' to ask what more RAM would do.")
+        raise InputError(f"ram-budget: {args.ram_budget!r} is more than the {host / GiB:.1f} GiB of RAM in "
+                         f"{machine.name}; give at most that, or give the machine's RAM with --ram.")
     b = Budgets.of(machine, vram=vram, ram=ram, pinned=pinned)
     if b.pinned_bytes > b.ram_bytes:
         raise InputError(f"pinned: {args.pinned!r} is more than the RAM budget of {b.ram_bytes / GiB:.1f} GiB; pinned "

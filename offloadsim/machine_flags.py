@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from hwmodels.presets import get_part, load_machine, machine_sources, part_names
 from hwmodels.specs import MachineSpec
 from hwmodels.topology import with_gpus
-from hwmodels.units import InputError, parse_bandwidth, parse_bytes, parse_link
+from hwmodels.units import InputError, check_size, parse_bandwidth, parse_bytes, parse_link
 
 PARTS = ("gpu", "storage", "link", "cpu")
+# values of the GPU given by flags, on top of its preset: flag dest -> (GpuSpec field, parser)
+GPU_VALUES = {"gpu_vram": ("vram_bytes", parse_bytes), "gpu_bandwidth": ("vram_bytes_per_s", parse_bandwidth),
+              "gpu_name": ("name", None)}
 DEFAULT_MACHINE = "rtx3080-laptop"
 
 
@@ -57,7 +60,13 @@ def check_part(kind: str, value: str) -> None:
     elif kind == "storage":
         _storage_speed(value)
     elif kind == "ram":
-        parse_bytes(value, "ram")
+        check_size(parse_bytes(value, "ram"), "ram", value)
+    elif kind in GPU_VALUES:
+        field, parse = GPU_VALUES[kind]
+        if kind == "gpu_vram":
+            check_size(parse(value, "gpu-vram"), "gpu-vram", value)
+        elif parse is not None:
+            parse(value, kind.replace("_", "-"))
     else:
         get_part(kind, value)
 
@@ -112,18 +121,36 @@ def compose(base: str | MachineSpec, parts: dict[str, str], ram: str | None = No
                                        "description": f"{base_name} with {given}", "sources": sources})
 
 
+def with_gpu_values(machine: MachineSpec, values: dict[str, str]) -> MachineSpec:
+    """`machine` with the GPU's size, bandwidth or name given by flags (--gpu-vram, --gpu-bandwidth, --gpu-name),
+    each value's source 'user'."""
+    if not values:
+        return machine
+    gpu, sources = machine.gpu.model_dump(), dict(machine.sources)
+    for dest, value in values.items():
+        field, parse = GPU_VALUES[dest]
+        gpu[field] = parse(value, dest.replace("_", "-")) if parse else value
+        sources[f"gpu.{field}"] = "user"
+    if "gpu_name" not in values:
+        gpu["name"] = f"{gpu['name']} (" + ", ".join(f"{d[4:]} {v}" for d, v in values.items()) + ")"
+        sources["gpu.name"] = "user: the preset named with the values given"
+    return MachineSpec.model_validate({**machine.model_dump(), "gpu": gpu, "sources": sources})
+
+
 @dataclass(frozen=True)
 class MachineRequest:
     """A machine named by flags: resolved by hwmodels.presets.load_machine (via `resolve`) when a command needs it."""
     base: str | None = None
     parts: dict[str, str] = field(default_factory=dict)
     ram: str | None = None
+    gpu_values: dict[str, str] = field(default_factory=dict)
     gpus: int | None = None
 
     def resolve(self) -> MachineSpec:
         base = self.base or base_for_gpu(self.parts.get("gpu"))
-        if self.parts or self.ram is not None:
-            machine = compose(base, self.parts, self.ram, base_named=self.base is not None)
+        if self.parts or self.ram is not None or self.gpu_values:
+            machine = with_gpu_values(compose(base, self.parts, self.ram, base_named=self.base is not None),
+                                      self.gpu_values)
         else:
             machine = load_machine(base)
         return with_gpus(machine, self.gpus) if self.gpus else machine
@@ -136,24 +163,16 @@ class MachineRequest:
 
 
 def _settle(ns: argparse.Namespace) -> None:
-    """Recompute args.machine (and the RAM budget) from every machine flag given so far."""
+    """Recompute args.machine from every machine flag given so far (--ram is the installed RAM, a part)."""
     flags = ns.machine_flags
-    budget = getattr(ns, "ram_is_budget", False)
     parts = {k: flags[k] for k in PARTS if k in flags}
-    composing = bool(parts) or (not budget and "ram" in flags)
+    gpu_values = {k: flags[k] for k in GPU_VALUES if k in flags}
     gpus = gpu_count(flags["gpus"]) if "gpus" in flags else None
-    if composing or gpus:
-        ram = flags.get("ram") if composing else None
-        ns.machine = MachineRequest(base=flags.get("machine"), parts=parts, ram=ram, gpus=gpus)
-        if budget and composing:
-            ns.ram = None  # the composed machine has --ram installed; the budget is its default (RAM less 4 GiB)
-        elif budget or "ram" in flags:
-            ns.ram = flags.get("ram")
-    else:
-        if "machine" in flags:
-            ns.machine = flags["machine"]
-        if budget or "ram" in flags:
-            ns.ram = flags.get("ram")
+    if parts or gpu_values or "ram" in flags or gpus:
+        ns.machine = MachineRequest(base=flags.get("machine"), parts=parts, ram=flags.get("ram"),
+                                    gpu_values=gpu_values, gpus=gpus)
+    elif "machine" in flags:
+        ns.machine = flags["machine"]
 
 
 class MachineFlag(argparse.Action):
@@ -180,13 +199,13 @@ def add_machine_flags(p: argparse.ArgumentParser, required: bool = False, defaul
                    help="storage preset (sata, nvme-gen3/4/5, ...) or a cold read speed such as 3.5GB/s")
     p.add_argument("--link", action=MachineFlag, default=None, help="host-to-GPU link, e.g. pcie4x16 or pcie4x8")
     p.add_argument("--cpu", action=MachineFlag, default=None, help="CPU preset, e.g. desktop-8core")
-    p.add_argument("--ram", action=MachineFlag, default=None, help="installed RAM of the machine, e.g. 64GiB")
+    p.add_argument("--ram", action=MachineFlag, default=None, help="installed RAM of the machine, e.g. 64GiB (the "
+                   "budget is --ram-budget)")
+    p.add_argument("--gpu-vram", action=MachineFlag, default=None, help="the GPU's VRAM size, e.g. 16GiB")
+    p.add_argument("--gpu-bandwidth", action=MachineFlag, default=None, help="the GPU's VRAM bandwidth, e.g. 288GB/s")
+    p.add_argument("--gpu-name", action=MachineFlag, default=None, help="the GPU's name as reports show it")
     p.add_argument("--gpus", action=MachineFlag, default=None, help="use N of the machine's GPUs (a machine of one "
                    "GPU: N copies of it, each on its own link); --vram is then each GPU's budget")
     p.set_defaults(machine_flags=None)
 
 
-def ram_is_budget(p: argparse.ArgumentParser, help_text: str) -> None:
-    """On commands with memory budgets --ram is the RAM budget, unless a part flag composes a machine."""
-    p.set_defaults(ram_is_budget=True)
-    p._option_string_actions["--ram"].help = help_text

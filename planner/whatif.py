@@ -1,7 +1,6 @@
-"""What-if capacity planning: a grid of machine variants (storage, VRAM, RAM, link, CPU, GPU, GPU count) and
-contexts, each planned with the quick planner (with several GPUs or a context varied, the planner that also places
-the KV cache and splits layers over GPUs: planner.devices) and predicted with the fast evaluator; single upgrades
-ranked by gain."""
+"""What-if capacity planning: a grid of machine variants (storage, VRAM, RAM, link, CPU, GPU, GPU count), each
+planned with the quick planner (with several GPUs or contexts varied, the planner that also places the KV cache and
+splits layers over GPUs: planner.devices) and predicted with the fast evaluator; single upgrades ranked by gain."""
 from __future__ import annotations
 
 import itertools
@@ -18,14 +17,14 @@ from planner.quick import quick_plan
 from sim.plan import OS_RESERVE_BYTES, Budgets, Request, Workload
 from sim.model.shapes import ModelShape
 
-KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu", "gpus", "context")
-PLACED = ("gpus", "context")  # keys whose grids the planner that places the KV cache and splits layers answers
+KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu", "gpus")
+PLACED = ("gpus",)  # keys whose grids the planner that places the KV cache and splits layers answers
 
 
 def parse_vary(items: list[str]) -> dict[str, list[str]]:
     """['storage=sata,nvme-gen4', 'vram=8GiB,16GiB'] -> {'storage': [...], 'vram': [...]}, checked."""
     example = {"storage": "sata,nvme-gen4", "vram": "8GiB,16GiB", "ram": "32GiB,64GiB", "link": "pcie3,pcie4",
-               "cpu": "laptop-8core,desktop-8core", "gpu": "rtx4090,rtx5090", "gpus": "1,2", "context": "4k,32k,128k"}
+               "cpu": "laptop-8core,desktop-8core", "gpu": "rtx4090,rtx5090", "gpus": "1,2"}
     out: dict[str, list[str]] = {}
     for item in items:
         key, _, values = item.partition("=")
@@ -58,17 +57,8 @@ def gpus_count(v: str) -> int:
     return int(v)
 
 
-def workload_for(w: Workload, combo: dict[str, str]) -> Workload:
-    """The workload of a combination: a varied context is the prompt plus the tokens generated."""
-    if "context" not in combo:
-        return w
-    return w.model_copy(update={"prompt_tokens": max(context_tokens(combo["context"]) - w.new_tokens, 1)})
-
-
 def _check(key: str, v: str) -> None:
-    if key == "context":
-        context_tokens(v)
-    elif key == "gpus":
+    if key == "gpus":
         gpus_count(v)
     elif key in ("vram", "ram"):
         parse_bytes(v, key)
@@ -115,15 +105,21 @@ def _init(model, machine, w) -> None:
 
 
 def _one(combo: dict) -> dict:
-    model, machine, w = _CTX["model"], _CTX["machine"], _CTX["w"]
+    return evaluate(_CTX["model"], _CTX["machine"], _CTX["w"], combo)
+
+
+def evaluate(model: ModelShape, machine: MachineSpec, w: Workload, combo: dict, placed: bool = False) -> dict:
+    """One combination of machine changes (KEYS) planned and predicted: the row whatif and the sweeps report.
+    `placed` (a grid over contexts), several GPUs or a GPU count varied: planned by planner.devices, which also
+    places the KV cache."""
     m, budget = variant(machine, combo)
     if budget.get("vram", 0) > m.gpu.vram_bytes:  # more VRAM needs a larger GPU: vary gpu= for it
         return {"combo": combo, "feasible": False,
                 "reason": f"vram={combo['vram']} exceeds the {m.gpu.name}'s {m.gpu.vram_bytes / GiB:.2f} GiB; "
                           "vary gpu= to get more VRAM"}
     b = Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))
-    placed = any(k in combo for k in PLACED) or m.gpu_count > 1
-    plan, s = (plan_devices if placed else quick_plan)(Request(model, m, workload_for(w, combo), b))
+    placed = placed or any(k in combo for k in PLACED) or m.gpu_count > 1
+    plan, s = (plan_devices if placed else quick_plan)(Request(model, m, w, b))
     if plan is None:
         return {"combo": combo, "feasible": False}
     return {"combo": combo, "feasible": True, "policy": plan.policy, "ttft_s": s["ttft_s"],
@@ -170,6 +166,13 @@ def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, l
     else:
         _init(model, machine, w)
         rows = [_one(c) for c in tqdm(combos, disable=not progress, desc="what-if")]
+    return {"model": model.name, "machine": machine.name, **summarize(rows, vary, machine)}
+
+
+def summarize(rows: list[dict], vary: dict[str, list[str]], machine: MachineSpec) -> dict:
+    """Every row of the full grid made monotone (in place), the base (each key's first value) and the single
+    upgrades from it ranked by speedup: {'base', 'rows', 'upgrades'}."""
+    keys = list(vary)
     monotone(rows, keys, vary, machine)
     base = {k: vary[k][0] for k in keys}
     index = {tuple(r["combo"][k] for k in keys): r for r in rows}
@@ -182,7 +185,7 @@ def grid(model: ModelShape, machine: MachineSpec, w: Workload, vary: dict[str, l
                 upgrades.append({"change": f"{k}={v}", "time_per_token_s": r["time_per_token_s"],
                                  "speedup": b["time_per_token_s"] / r["time_per_token_s"]})
     upgrades.sort(key=lambda u: -u["speedup"])
-    return {"model": model.name, "machine": machine.name, "base": base, "rows": rows, "upgrades": upgrades}
+    return {"base": base, "rows": rows, "upgrades": upgrades}
 
 
 def plot(data: dict, path: str) -> None:

@@ -135,6 +135,14 @@ class Workload(Spec):
     warm: bool = Field(default=False, description="The page cache holds what fits from a previous run.")
     expert_skew: float = Field(default=0.0, ge=0, description="Zipf exponent of expert popularity (0 = uniform).")
     seed: int = Field(default=0, description="Seed of the expert draws.")
+    context: PositiveInt | None = Field(default=None, description="Tokens of context per sequence the engine "
+                                        "reserves a KV cache for (llama.cpp's -c over the sequences); None: the "
+                                        "prompt and the new tokens.")
+
+    @property
+    def context_tokens(self) -> int:
+        """The tokens per sequence whose KV cache is reserved: `context`, at least the prompt and the new tokens."""
+        return max(self.context or 0, self.prompt_tokens + self.new_tokens)
 
 
 class Budgets(Spec):

@@ -130,7 +130,7 @@ def test_bad_sizes_and_speeds_are_refused(inputs, value, which):
     assert_refused([cmd, "qwen3-14b", flag, value], flag.lstrip("-"), inputs["dir"])
 
 
-@pytest.mark.parametrize("flag, value", [("--vram", "40GiB"), ("--ram", "200GiB"), ("--vram", "1TiB")])
+@pytest.mark.parametrize("flag, value", [("--vram", "40GiB"), ("--ram-budget", "200GiB"), ("--vram", "1TiB")])
 def test_budgets_above_the_hardware_are_refused(inputs, flag, value):
     err = assert_refused(["simulate", "qwen3-14b", "--machine", "rtx3080-laptop", "--policy", "resident", flag, value],
                          flag.lstrip("-"), inputs["dir"])
@@ -171,10 +171,11 @@ def test_malformed_vary_is_refused(inputs, vary):
 
 
 def test_whatif_with_too_many_combinations_is_refused(inputs):
-    sizes = ",".join(f"{g}GiB" for g in range(1, 26))                     # 25 x 25 x 17 = 10,625 > 10,000
+    sizes = ",".join(f"{g}GiB" for g in range(1, 26))    # 25 x 25 x 17 x 1000 = 10,625,000 > 10,000,000
     err = assert_refused(["whatif", "qwen3-14b", "--vary", f"vram={sizes}", "--vary", f"ram={sizes}",
-                          "--vary", "storage=" + ",".join(f"s{k}" for k in range(17))], "vary", inputs["dir"])
-    assert "combinations" in err
+                          "--vary", "storage=" + ",".join(f"s{k}" for k in range(17)),
+                          "--vary", "batch=" + ",".join(str(b) for b in range(1, 1001))], "vary", inputs["dir"])
+    assert "combinations" in err and "split the sweep" in err
 
 
 # ---- files --------------------------------------------------------------------------------------------------------
@@ -301,7 +302,7 @@ def test_outputs_are_refused_before_any_work(inputs, argv, field):
 
 def test_infeasible_plan_exits_2_and_keeps_the_old_plan(inputs):
     before = inputs["plan"].read_bytes()
-    err = assert_refused(["plan", str(inputs["config"]), "--vram", "1KiB", "--out", str(inputs["plan"])], "budget",
+    err = assert_refused(["plan", str(inputs["config"]), "--vram", "100KiB", "--out", str(inputs["plan"])], "budget",
                          inputs["dir"])
     assert inputs["plan"].read_bytes() == before and "no plan fits" in err
 

@@ -110,8 +110,16 @@ def test_info_reports_the_pipelined_compression_verdict(capsys):
     assert cold["raw_time_per_token_s"] == pytest.approx(rep["total_read_cold_s"], rel=0.02)
     assert cold["compressed_time_per_token_s"] == pytest.approx(0.7 * rep["total_read_cold_s"], rel=0.03)
     assert cold["pays"] and rep["compression_verdict"]["eq2_units_paying"] == 0
+    # eq. (2)'s serial view is the sum of eq. (1) over the weights: read + unpack + copy, weight after weight
+    assert cold["serial_raw_s"] == pytest.approx(rep["total_t_prep_s"]["disk_raw"], rel=1e-9)
+    assert cold["serial_compressed_s"] == pytest.approx(rep["total_t_prep_s"]["disk_compressed"], rel=1e-9)
+    assert cold["serial_speedup"] < 1 < cold["speedup"]
+    # the pipeline costs about its slowest stage: the compressed read, 0.7 of the raw one, not the sum
+    stages = cold["stages_compressed_s"]
+    assert max(stages, key=stages.get) == "read_s" and stages["read_s"] == pytest.approx(0.7 * rep["total_read_cold_s"], rel=0.01)
     assert main(["info", "qwen3-14b", "--machine", "rtx3080-laptop"]) == 0
-    assert "the pipelined verdict is the one to act on" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "eq. (2), serial" in out and "pipelined timeline" in out and "they differ because" in out
 
 
 # ---- pinned_slots: 0 counts as the one buffer the loaders keep ---------------------------------------------------

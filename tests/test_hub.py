@@ -262,3 +262,19 @@ def test_the_header_cache_stays_within_its_bound(tmp_path, monkeypatch):
         assert from_hub._read_cache(folder / f"e{i}.json", f"o/m{i}", "main") == entry
         os.utime(folder / f"e{i}.json", (1000 + i, 1000 + i))  # written in this order, whatever the clock's grain
     assert sorted(p.name for p in folder.iterdir()) == ["e3.json", "e4.json"]  # 2 x 96 <= 250 < 3 x 96
+
+
+def test_calibrate_takes_a_hub_id_as_plan_does(hub, monkeypatch):
+    """calibrate --model reads the config of a Hugging Face id (no weights) and times a layer of that shape."""
+    import offloadsim.commands_validate as cv
+    import validate.calibrate
+    seen = {}
+
+    def fake_calibrate(base, folder, cfg, quick, peers):
+        seen["cfg"] = cfg
+        raise SystemExit(0)
+    monkeypatch.setattr(validate.calibrate, "calibrate", fake_calibrate)
+    monkeypatch.setattr(cv, "need_torch", lambda what: None)
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--model", "toy/single", "--out", str(hub.repos["toy/single"].parent / "p.json")])
+    assert seen["cfg"]["hidden_size"] == CONFIG["hidden_size"]

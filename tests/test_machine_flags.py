@@ -22,12 +22,33 @@ def test_gpu_flag_without_machine_composes_on_the_desktop_base_with_the_gpus_lin
     assert m.storage.cold_read_bytes_per_s == 7450e6
     assert m.link.name == "pcie4x16" and m.cpu == get_machine("desktop-4090").cpu
     assert m.sources["machine.base"].startswith("desktop-4090")
-    assert args.ram is None  # composed: --ram is the installed RAM, the budget is its default
+    assert args.ram_budget is None  # --ram is the installed RAM, the budget its default
 
 
-def test_ram_alone_with_a_machine_stays_the_budget():
-    args = _args(["plan", "qwen3-14b", "--machine", "desktop-4090", "--ram", "32GiB"])
-    assert args.machine == "desktop-4090" and args.ram == "32GiB"
+def test_ram_is_always_the_installed_ram_and_ram_budget_the_budget():
+    args = _args(["plan", "qwen3-14b", "--machine", "desktop-4090", "--ram", "32GiB", "--ram-budget", "20GiB"])
+    m = args.machine.resolve()
+    assert m.host_memory.capacity_bytes == 32 * GiB and args.ram_budget == "20GiB"
+    from offloadsim.limits import budgets
+    assert budgets(args, m).ram_bytes == 20 * GiB
+
+
+def test_a_gpu_described_by_flags():
+    """An RTX 4060 Ti 16 GB on PCIe 4.0 x8: the 4070 preset's compute, the given size, bandwidth and link."""
+    m = _args(["plan", "qwen3-14b", "--gpu", "rtx4070", "--gpu-name", "RTX 4060 Ti 16GB", "--gpu-vram", "16GiB",
+               "--gpu-bandwidth", "288GB/s", "--link", "pcie4x8"]).machine.resolve()
+    assert (m.gpu.name, m.gpu.vram_bytes, m.gpu.vram_bytes_per_s) == ("RTX 4060 Ti 16GB", 16 * GiB, 288e9)
+    assert m.link.lanes == 8 and m.sources["gpu.vram_bytes"] == "user"
+
+
+@pytest.mark.parametrize("flags, says", [(["--ram-budget", "0"], "ram-budget: '0' is less than 64 KiB"),
+                                         (["--vram", "1B"], "vram: '1B' is less than 64 KiB"),
+                                         (["--vram", "1EiB"], "vram: '1EiB' is more than 1 PiB"),
+                                         (["--gpu", "rtx4070", "--vram", "16GiB"], "--gpu-vram 16GiB")])
+def test_budgets_out_of_range_are_one_sentence_with_the_fix(flags, says, capsys):
+    assert main(["plan", "qwen3-14b", *flags, "--engine", "llamacpp"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1
 
 
 def test_flags_override_parts_of_the_named_machine_in_any_order():
@@ -103,3 +124,28 @@ def test_hw_detect_writes_a_profile_that_loads(tmp_path, capsys):
     by = {v["field"]: v for v in d["values"]}
     assert by["host_memory.capacity_bytes"]["source"].startswith("[M]")
     assert main(["info", "qwen3-14b", "--machine", str(out), "--json"]) == 0
+
+
+def test_hw_detect_honours_part_flags_and_its_json_loads_as_machine(tmp_path, capsys, monkeypatch):
+    """Flags replace what detect finds (the disk probe skipped: its speeds are not what this pins); the JSON it
+    prints loads back as --machine FILE with the same values."""
+    import offloadsim.detect as detect
+    monkeypatch.setattr(detect, "disk_speeds", lambda folder: None)
+    assert main(["hw", "detect", "--gpu", "rtx4070", "--gpu-vram", "16GiB", "--link", "pcie4x8", "--ram", "64GiB",
+                 "--json"]) == 0
+    text = capsys.readouterr().out
+    (tmp_path / "detect.json").write_text(text)
+    m = json.loads(text)["machine"]
+    assert (m["gpu"]["vram_bytes"], m["link"]["lanes"], m["host_memory"]["capacity_bytes"]) == (16 * GiB, 8, 64 * GiB)
+    from hwmodels.presets import load_machine
+    assert load_machine(str(tmp_path / "detect.json")).model_dump(mode="json") == m
+
+
+@pytest.mark.parametrize("argv", [["desktop-4090"], ["--gpu", "rtx4070", "--ram", "64GiB", "--link", "pcie4x8"]])
+def test_hw_show_json_loads_back_as_the_same_machine(argv, tmp_path, capsys):
+    from hwmodels.presets import load_machine
+    assert main(["hw", "show", *argv, "--json"]) == 0
+    (tmp_path / "m.json").write_text(capsys.readouterr().out)
+    assert main(["hw", "show", "--machine", str(tmp_path / "m.json"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)["machine"]
+    assert load_machine(str(tmp_path / "m.json")).model_dump(mode="json") == again

@@ -148,7 +148,7 @@ def test_llamacpp_export_leaves_the_first_blocks_to_ngl():
     assert ex["args"] == ["-ngl", "30"] and ex["ot"] == [] and ex["notes"] == []  # 29 blocks + the output
     q, p = _llama_plan({0, 1, 2, 5, 9}, head_cpu=True)
     ex = to_llamacpp(q, p)
-    assert ex["args"] == ["-ngl", "30", "-ot", "^blk\\.(5|9)\\.=CPU", "-ot", "^output\\.weight$=CPU"]
+    assert ex["args"] == ["-ngl", "30", "-ot", "^blk\\.(5|9)\\.=CPU", "-ot", "^output(_norm)?\\.weight$=CPU"]
     assert any("twice per token" in n for n in ex["notes"])
     q, p = _llama_plan(set(range(32)), head_cpu=True)
     assert to_llamacpp(q, p)["args"] == ["-ngl", "0"]
@@ -180,7 +180,7 @@ def test_llamacpp_export_writes_the_next_blocks_experts_as_n_cpu_moe():
     assert to_llamacpp(q, p)["args"] == ["-ngl", "33", "--n-cpu-moe", "3"]
     q, p = _moe_plan(set(), {3, 7})
     ex = to_llamacpp(q, p)
-    assert ex["args"] == ["-ngl", "33", "-ot", "^blk\\.(3|7)\\.ffn_(up|down|gate)_exps\\.=CPU"] and ex["n_cpu_moe"] == 0
+    assert ex["args"] == ["-ngl", "33", "-ot", "^blk\\.(3|7)\\.ffn_(up|down|gate|gate_up)_(ch|)exps\\.=CPU"] and ex["n_cpu_moe"] == 0
     # DeepSeek-R1's first three blocks are dense: the experts of blocks 3-9 on the CPU are --n-cpu-moe 10
     q, p = _moe_plan(set(), set(range(10)), "deepseek-r1")
     assert not any(u.kind == "expert" and u.block < 3 for u in q.units)

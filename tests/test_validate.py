@@ -136,12 +136,12 @@ def test_full_loop_cli(ckpt, tmp_path, capsys):
         assert profile_hook_s == hooks["hook_module_s"] == (hooks["disk_s"] - hooks["reads_s"] - hooks["ram_s"]) / 54
     assert not list(tmp_path.glob(".hook-cost-*"))  # its checkpoint and offload folder removed
     plan = tmp_path / "plan.json"
-    assert main(["plan", str(ckpt), "--machine", str(prof), "--vram", "400KB", "--ram", "4MB", "--prompt-tokens", "8",
+    assert main(["plan", str(ckpt), "--machine", str(prof), "--vram", "400KB", "--ram-budget", "4MB", "--prompt-tokens", "8",
                  "--new-tokens", "4", "--out", str(plan), "--time-budget", "0.5"]) == 0
     capsys.readouterr()
     out = tmp_path / "report"
     assert main(["validate", "--checkpoint", str(ckpt), "--plan", str(plan), "--profile", str(prof), "--vram", "400KB",
-                 "--ram", "4MB", "--prompt-tokens", "8", "--new-tokens", "4", "--cold", "--out", str(out), "--json",
+                 "--ram-budget", "4MB", "--prompt-tokens", "8", "--new-tokens", "4", "--cold", "--out", str(out), "--json",
                  "--store", str(tmp_path / "store")]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["exactness"]["tokens_identical"] and rep["exactness"]["logits_bit_identical"]

@@ -154,12 +154,12 @@ def shortfall(m: MemoryUse, budgets: Budgets) -> str | None:
 
 def kv_cache_bytes(model: ModelShape, w: Workload) -> int:
     """The whole KV cache of a request (every layer's)."""
-    return model.kv_bytes_per_token * w.batch * (w.prompt_tokens + w.new_tokens)
+    return model.kv_bytes_per_token * w.batch * w.context_tokens
 
 
 def unit_kv_bytes(model: ModelShape, w: Workload) -> list[int]:
     """Each unit's own KV cache over the request, in model order."""
-    return [u.kv_bytes_per_token * w.batch * (w.prompt_tokens + w.new_tokens) for u in model.units]
+    return [u.kv_bytes_per_token * w.batch * w.context_tokens for u in model.units]
 
 
 def _prompt_offloads(plan: Plan, w: Workload) -> bool:

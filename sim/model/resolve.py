@@ -163,6 +163,20 @@ def shape_from_hub(spec: str, fmt: WeightFormat | None = None) -> ModelShape:
                              f"model: no tensor of {hub.repo_id!r}")
 
 
+def model_config(spec: str) -> tuple[dict, str]:
+    """(config.json contents, where it came from) of a preset name, a config.json path, a checkpoint folder or a
+    Hugging Face id (its config.json only: no weights are read), the models `load_model` takes but GGUF files."""
+    if is_hub_id(spec):
+        hub = hub_checkpoint(spec)
+        return hub.config, f"{hub.repo_id}@{hub.commit[:12]}/config.json"
+    path = Path(spec)
+    if path.is_dir():
+        return read_config(path / "config.json"), str(path / "config.json")
+    if path.suffix == ".json" or path.is_file():
+        return read_config(path), str(path)
+    return preset_config(spec), f"preset {spec}"
+
+
 def _is_gguf(path: Path) -> bool:
     """A file that starts with GGUF's magic, whatever its name."""
     try:

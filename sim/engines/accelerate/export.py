@@ -8,18 +8,7 @@ from sim.costs.memory import activation_bytes, kv_cache_bytes, resident_weight_b
 from sim.costs.tiers import tier_row
 from sim.plan import Plan, Workload
 from sim.model.shapes import ModelShape
-
-# Module names transformers 5 gives differently from the checkpoint's tensor names (its modeling_*.py; checkpoints
-# keep the old names and are converted at load): Mixtral's sparse MoE block is `mlp`.
-TRANSFORMERS5_RENAMES = {"mixtral": ((".block_sparse_moe", ".mlp"),)}
-
-
-def hf_module(model: ModelShape, name: str) -> str:
-    """The module of current transformers that holds the tensors under checkpoint prefix `name`."""
-    for old, new in TRANSFORMERS5_RENAMES.get(model.family, ()):
-        name = name.replace(old, new)
-    return name
-
+from sim.engines.accelerate.device_map import hf_module, plan_device_map
 
 # where a device_map's values put a module: the GPU, RAM (pageable: Accelerate copies from it), the offload folder
 HF_DEVICE_TIERS = {"0": "vram", "cuda": "vram", "cuda:0": "vram", "cpu": "ram_pageable", "disk": "disk_raw"}
@@ -47,23 +36,7 @@ def tiers_from_device_map(model: ModelShape, device_map: dict, on_gpu: bool = Tr
 
 def to_accelerate(model: ModelShape, plan: Plan, workload: Workload, vram_bytes: int, ram_bytes: int) -> dict:
     """{'device_map': {module: 0 | 'cpu' | 'disk'}, 'max_memory': {0: '..GiB', 'cpu': '..GiB'}, 'notes': [...]}."""
-    tiers = plan.tiers()
-    device_map, notes = {}, []
-    fused: dict[str, list] = {}
-    for u in model.units:
-        p = tiers[u.name]
-        row = tier_row(p.tier)
-        dev = 0 if row.resident else "disk" if row.reads_storage else "cpu"
-        if u.kind == "expert":  # transformers 5 fuses a block's experts into one module: map that module
-            fused.setdefault(hf_module(model, u.modules[0]).rsplit(".", 1)[0], []).append(dev)
-            continue
-        for module in u.modules:
-            device_map[hf_module(model, module)] = dev
-    for module, devs in fused.items():
-        device_map[module] = max(set(devs), key=lambda d: (devs.count(d), d == 0))
-        if len(set(devs)) > 1:
-            notes.append("transformers fuses a block's experts into one module: each block's experts go where most "
-                         "of them are.")
+    device_map, notes = plan_device_map(model, plan)
     if all(p.compute == "cpu" for p in plan.placements):
         notes.append("nothing is on the GPU: Accelerate runs the whole model on the CPU.")
     elif any(p.compute == "cpu" for p in plan.placements):

@@ -1,7 +1,9 @@
 """The fastest device_map Accelerate can run at the budgets (`plan --engine accelerate`). Accelerate copies an
 offloaded module in before each forward (blocking, pageable, no prefetch), so a unit's cost off the GPU does not
 depend on the others: the best map keeps the units that cost most per byte off the GPU, a knapsack solved greedily
-by that density (exact up to the last unit that does not fit), and it is never worse than Accelerate's own map."""
+by that density (exact up to the last unit that does not fit), and it is never worse than Accelerate's own map.
+The map is one transformers can load (sim/engines/accelerate/device_map.py): a block's experts as one module, kept
+with their layer where Accelerate's hooks need it."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +12,7 @@ from hwmodels.specs import MachineSpec
 from sim.costs.equations import copy_time_s
 from sim.costs.memory import PlanError, activation_bytes, kv_cache_bytes
 from sim.engines import costs_of
+from sim.engines.accelerate.device_map import loadable_tiers
 from sim.engines.accelerate.placement import accelerate, accelerate_map as run_map
 from sim.engines.ranking import best_of
 from sim.model.shapes import ModelShape, param_modules
@@ -45,7 +48,7 @@ def best_accelerate_map(model: ModelShape, machine: MachineSpec, w: Workload, bu
                 tiers[u.name] = "disk_raw"
         if tied is not None:
             tiers[tied.name] = tiers[emb.name]
-        return tiers
+        return loadable_tiers(model, tiers)  # as the exported device_map loads it
     # VRAM for the densest `keep` units: their bytes + one slot for the largest offloaded unit + KV + activations
     sizes = np.array([size(u) for u in order], dtype=np.float64)
     resident = np.concatenate([[0.0], np.cumsum(sizes)])

@@ -11,12 +11,21 @@ from sim.plan import Plan, Workload
 from sim.model.shapes import ModelShape
 
 LLAMACPP_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+# a block's routed experts in a GGUF, as llama.cpp's own --n-cpu-moe matches them (common/common.h,
+# LLM_FFN_EXPS_REGEX: fused gate_up and per-channel 'chexps' tensors too), after '^blk\.N\.'
+EXPERT_TENSORS = r"ffn_(up|down|gate|gate_up)_(ch|)exps"
+# the first llama.cpp build known to take each flag the export writes (its pull request and where the build is known)
+FLAG_SINCE = {
+    "-ot": (5064, "-ot/--override-tensor: PR #11397, merged 2025-04-02; in build b5064"),
+    "--n-cpu-moe": (6089, "--n-cpu-moe: PR #15077, release b6089 (2025-08-05)"),
+    "--load-mode": (10114, "--load-mode: PR #20834, in build b10114 (2026-07-24); older builds: --no-mmap"),
+}
 
 
 def llamacpp_runtime(workload: Workload | None, threads: int | None) -> tuple[str, list[str]]:
     """The program and the arguments that make llama.cpp run the request the plan was priced for: the context of
-    the request's tokens (llama.cpp's default, -c 0, takes the model's trained context, whose KV cache the plan did
-    not budget), one slot per sequence (llama-server -np; llama-cli runs one), the threads of the CPU the engine's
+    the request's context per sequence (Workload.context_tokens: --context, else its prompt and new tokens; llama.cpp's
+    default, -c 0, takes the model's trained context, whose KV cache the plan did not budget), one slot per sequence (llama-server -np; llama-cli runs one), the threads of the CPU the engine's
     costs were measured with, and -fit off (by default llama.cpp changes unset placement and context to fill free
     device memory: common/common.cpp common_fit_params). Several sequences share one KV cache (-kvu): with -np B
     llama.cpp keeps one per sequence unless told, and a plan with layers on both devices then ran 30-50% slower
@@ -25,7 +34,7 @@ def llamacpp_runtime(workload: Workload | None, threads: int | None) -> tuple[st
     args = []
     program = "llama-server" if workload is not None and workload.batch > 1 else "llama-cli"
     if workload is not None:
-        args += ["-c", str(workload.batch * (workload.prompt_tokens + workload.new_tokens))]
+        args += ["-c", str(workload.batch * workload.context_tokens)]
         args += ["-np", str(workload.batch), "-kvu"] if workload.batch > 1 else []
     args += ["-t", str(threads)] if threads else []
     return program, args + ["-fit", "off"]
@@ -79,9 +88,9 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
     following = [b for b in range(prefix, last + 1) if b in experts_gpu and b not in cpu_blocks]
     n_cpu_moe = last + 1 if cpu_experts and cpu_experts == following else 0
     if cpu_experts and not n_cpu_moe:
-        ot.append(f"^blk\\.({'|'.join(map(str, cpu_experts))})\\.ffn_(up|down|gate)_exps\\.=CPU")
+        ot.append(f"^blk\\.({'|'.join(map(str, cpu_experts))})\\.{EXPERT_TENSORS}\\.=CPU")
     if not head_gpu and ngl > 0:
-        ot.append("^output\\.weight$=CPU")
+        ot.append("^output(_norm)?\\.weight$=CPU")  # the head unit: the final norm and the output matrix
     args = ["-ngl", str(ngl)] + (["--n-cpu-moe", str(n_cpu_moe)] if n_cpu_moe else [])
     # the plan's CPU weights pinned: llama.cpp reads them into its GPU's pinned host buffers only when it does not
     # map the file (--load-mode none; builds before the option was added: --no-mmap)
@@ -99,5 +108,18 @@ def to_llamacpp(model: ModelShape, plan: Plan, workload: Workload | None = None,
         # 5.0 and 8.1 ms a token, 4.2 and 7.4 with --poll 100, as priced (lab/data/peers/llamacpp-af.json)
         runtime += ["--poll", "100"]
     command = f"{program} -m MODEL.gguf " + " ".join(shlex.quote(a) for a in args + runtime)
+    if cpu_blocks and any(any(experts_gpu.get(b, ())) for b in cpu_blocks):
+        notes.append("llama.cpp computes a block's experts where -ot puts the block: the experts the plan keeps in "
+                     f"VRAM in blocks {', '.join(map(str, cpu_blocks))} (whose attention it streams) go to the CPU "
+                     "with them.")
     return {"args": args, "ngl": ngl, "n_cpu_moe": n_cpu_moe, "ot": ot, "runtime_args": runtime, "command": command,
-            "notes": sorted(set(notes))}
+            "requires": requires(args), "notes": sorted(set(notes))}
+
+
+def requires(args: list[str]) -> str:
+    """The oldest llama.cpp build known to take every placement flag in `args`, in one sentence."""
+    used = [FLAG_SINCE[a] for a in dict.fromkeys(args) if a in FLAG_SINCE]
+    if not used:
+        return "any llama.cpp build with -ngl."
+    build, _ = max(used)
+    return f"llama.cpp build b{build} or later ({'; '.join(why for _, why in used)})."

@@ -22,7 +22,7 @@ def ggml_context(w: Workload) -> tuple[int, int]:
     B x (P + N), as `--export llamacpp` sets it with -c (the sequences sharing one cache, -kvu), padded to whole
     chunks of 256 cells (llama-context.cpp: GGML_PAD(n_ctx, 256)); its micro-batch the context, at most -b and
     -ub (llama-context.cpp: n_batch = min(n_ctx, n_batch), n_ubatch = min(n_batch, n_ubatch))."""
-    ctx = max(w.batch * (w.prompt_tokens + w.new_tokens), 1)
+    ctx = max(w.batch * w.context_tokens, 1)
     return -(-ctx // GGML_KV_PAD) * GGML_KV_PAD, min(ctx, GGML_BATCH, GGML_UBATCH)
 
 
