@@ -98,6 +98,8 @@ class CpuSpec(Spec):
     memory_bytes_per_s: PositiveFloat = Field(description="RAM bandwidth the CPU achieves in matrix-vector work.")
     flops_per_s: PositiveFloat = Field(description="Achievable BF16 FLOP/s for matrix work (all cores).")
     op_overhead_s: NonNegativeFloat = Field(default=20e-6, description="Overhead per operator on the CPU.")
+    numa_nodes: PositiveInt = Field(default=1, description="NUMA nodes (sockets) the cores and memory are split over; "
+                                    "memory_bytes_per_s is all of them together.")
     llc_bytes: NonNegativeInt | None = Field(default=None, description="The last-level cache the compute threads "
                                              "share (lscpu's L3): a CPU share of the weights that fits in it is read "
                                              "from it on every token after the first. Absent: not known, no effect.")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from hwmodels.specs import MachineSpec
 from sim.costs.memory import PlanError
 from sim.engines import costs_of, engine_of, engines, own_engine
+from sim.engines.reference import REFERENCE_MACHINE
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
 from sim.run.simulate import fast_simulate
@@ -75,6 +76,9 @@ def unmeasured_notes(engine: str, machine: MachineSpec) -> list[str]:
     legacy = machine.peers.get(engine, {}).get("source")  # a profile written with one source for all its values
     if any(str(v).startswith(("measured", "[M]")) for v in mine + [legacy or ""]):
         return []
+    if not machine.peers.get(engine):
+        return [f"{engine}'s host costs are not measured for {machine.name}: derived from its parts and those "
+                f"fitted on {REFERENCE_MACHINE} (sim/engines/{engine}/derived.py)" + e.measure_hint()]
     return [f"{engine}'s host costs are not measured for {machine.name}: the time is its pipeline alone "
             f"({legacy or e.unmeasured_source})"
             + e.measure_hint()]

@@ -1327,8 +1327,10 @@ def test_llamacpp_gpu_decode_pays_per_routed_expert_of_each_gpu_block():
 
 def test_calibrate_peer_on_a_machine_without_llama_cpp_costs_starts_from_the_measured_engine(tmp_path, capsys):
     """A preset whose llama.cpp costs were never measured (rtx3080-laptop): plan --engine llamacpp says how to
-    measure them; calibrate-peer then starts from the engine's costs measured on h200-testbox, scales their CPU
-    speeds to the records (a host 0.5x as fast), and the plan on the written profile no longer carries the note."""
+    measure them; calibrate-peer then starts from the costs derived for it from its parts and those measured on
+    h200-testbox (its CPU streams 35 GB/s, the laptop's memory), scales their CPU speeds to the records (a host 0.5x
+    the H200's 92.37 GB/s: 1.3196x the derived speed), and the plan on the written profile no longer carries the
+    note."""
     import json
     from hwmodels.presets import load_machine
     from offloadsim.cli import main
@@ -1346,7 +1348,7 @@ def test_calibrate_peer_on_a_machine_without_llama_cpp_costs_starts_from_the_mea
     assert main(["calibrate-peer", str(cfg), "--bench", str(bench), "--profile", "rtx3080-laptop", "--out",
                  str(out), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert rep["host_cpu_scale"] == pytest.approx(0.5, rel=1e-3) and "h200-testbox preset" in rep["source"]
+    assert rep["host_cpu_scale"] == pytest.approx(0.5 * 92.37 / 35, rel=1e-3) and "h200-testbox preset" in rep["source"]
     got = load_machine(str(out))
     assert got.gpu == laptop.gpu and costs_of(got, "llamacpp").cpu_bytes_per_s == pytest.approx(
         0.5 * costs_of(h200, "llamacpp").cpu_bytes_per_s, rel=1e-3)

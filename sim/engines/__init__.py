@@ -70,13 +70,12 @@ def costs_of(machine: MachineSpec, name: str):
 
 
 def check_peers(machine: MachineSpec) -> dict:
-    """Every engine's typed costs from the machine's raw values (defaults where it has none)."""
+    """Every engine's typed costs on the machine: from its own values, else derived (Engine.costs_for)."""
     for name in machine.peers:
         if name not in engines():
             raise InputError(f"peers: {name!r} in machine {machine.name!r} is no installed engine (installed: "
                              f"{', '.join(engines())}); remove its table from the profile.")
-    return {name: e.costs_from(machine.peers.get(name, {})) for name, e in engines().items()
-            if e.costs_model is not None}
+    return {name: e.costs_for(machine) for name, e in engines().items() if e.costs_model is not None}
 
 
 def with_costs(machine: MachineSpec, name: str, costs) -> MachineSpec:

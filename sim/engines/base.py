@@ -218,3 +218,8 @@ class Engine:
 
     def costs_from(self, raw: dict[str, Any]) -> Costs:
         return validate_costs(self.name, self.costs_model, raw)
+
+    def costs_for(self, machine: MachineSpec) -> Costs:
+        """Its costs on `machine`: the machine's table for it (defaults where it has none). A peer engine derives
+        them from its fitted machine's where the machine has none (its package's derived.costs_for)."""
+        return self.costs_from(machine.peers.get(self.name, {}))

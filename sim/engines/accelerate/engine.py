@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from sim.engines.accelerate.costs import AccelerateCosts
+from sim.engines.accelerate.derived import costs_for
 from sim.engines.accelerate.disk_cost import offload_open
 from sim.engines.accelerate.export import to_accelerate
 from sim.engines.accelerate.fitting import FITTING
@@ -30,6 +31,9 @@ class AccelerateEngine(Engine):
     calibration_method = ("each tensor's safetensors open per forward, as a line in its file's header entries "
                           "(sim/engines/accelerate/disk_cost.py); its offload hooks per module "
                           "(sim/engines/accelerate/hook_cost.py)")
+
+    def costs_for(self, machine):
+        return costs_for(machine)
 
     def policies(self) -> dict:
         return {"accelerate": accelerate}

@@ -4,6 +4,7 @@ from __future__ import annotations
 from hwmodels.units import InputError
 from sim.engines.airllm.cleanup import module_cleanup
 from sim.engines.airllm.costs import AirllmCosts
+from sim.engines.airllm.derived import costs_for
 from sim.engines.airllm.fitting import FITTING
 from sim.engines.airllm.placement import airllm
 from sim.engines.airllm.pricing import AirllmPricing
@@ -26,6 +27,9 @@ class AirllmEngine(Engine):
     no_export_why = "it re-reads every layer from disk each token"
     default_placement = "every layer read from disk each token (it takes no placement)"
     calibration_method = "its cleanup after each module in a fresh process (sim/engines/airllm/cleanup.py)"
+
+    def costs_for(self, machine):
+        return costs_for(machine)
 
     def policies(self) -> dict:
         return {"airllm": airllm}

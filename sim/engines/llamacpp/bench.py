@@ -138,12 +138,15 @@ def read_records(path: Path) -> list[dict]:
 
 
 def _base_spec(machine: MachineSpec) -> tuple[LlamacppCosts, str]:
-    """The machine's llama.cpp costs, or where it has no CPU speeds for llama.cpp the h200-testbox preset's (the
-    engine's kernels as measured there), with a note saying so."""
+    """The machine's llama.cpp costs (its own, or derived from its parts and the h200-testbox preset's where it has
+    none: sim/engines/llamacpp/derived.py), or where its own have no CPU speeds the h200-testbox preset's (the
+    engine's kernels as measured there), with a note saying which."""
     spec = costs_of(machine, "llamacpp")
-    if spec.cpu_bytes_per_s is not None:
-        return spec, ""
-    return costs_of(load_machine("h200-testbox"), "llamacpp"), "llama.cpp's costs of the h200-testbox preset, "
+    if spec.cpu_bytes_per_s is None:
+        return costs_of(load_machine("h200-testbox"), "llamacpp"), "llama.cpp's costs of the h200-testbox preset, "
+    if not machine.peers.get("llamacpp"):
+        return spec, "llama.cpp's costs derived from this machine's parts and the h200-testbox preset's, "
+    return spec, ""
 
 
 def calibrate_host(shape: ModelShape, machine: MachineSpec, records: list[dict],

@@ -4,6 +4,7 @@ from __future__ import annotations
 from sim.costs.memory import PlanError
 from sim.engines.base import Engine, RunRef
 from sim.engines.llamacpp.costs import LlamacppCosts
+from sim.engines.llamacpp.derived import costs_for
 from sim.engines.llamacpp.export import to_llamacpp
 from sim.engines.llamacpp.fitting import FITTING
 from sim.engines.llamacpp.ggml_memory import ggml_compute_bytes, ggml_kv_bytes, ggml_largest_copy
@@ -35,6 +36,9 @@ class LlamacppEngine(Engine):
     computes_rest_on_cpu = True
     kv_homes = ("vram", "cpu")  # -nkvo: the cache in RAM, attention on the CPU
     default_placement = "its default --fit placement (as many layers on the GPU as fit)"
+
+    def costs_for(self, machine):
+        return costs_for(machine)
 
     def policies(self) -> dict:
         return {"llamacpp": llamacpp}
