@@ -92,10 +92,15 @@ def _machine(name: str) -> tuple[MachineSpec, dict[str, str]]:
     entry = table[name]
     data: dict[str, Any] = {"name": name, "description": entry.get("description", "")}
     sources: dict[str, str] = {}
+    if "base" in entry:  # every value of another preset, then this one's own
+        base, base_sources = _machine(entry["base"])
+        data.update({k: v for k, v in base.model_dump().items() if k not in ("name", "description", "sources")})
+        sources.update(base_sources)
     for kind in _PARTS:
-        spec, src = _part(kind, entry[kind])
-        data[kind] = spec.model_dump()
-        sources.update(src)
+        if kind in entry or "base" not in entry:
+            spec, src = _part(kind, entry[kind])
+            data[kind] = spec.model_dump()
+            sources.update(src)
     for path, raw in entry.get("set", {}).items():
         kind, field = path.split(".", 1)
         value, src = _leaf(field, raw)
@@ -104,15 +109,39 @@ def _machine(name: str) -> tuple[MachineSpec, dict[str, str]]:
             sources[path] = src
     # measured costs of engines on this machine (lab/journal/peers.md), each value with its source; the engine's
     # package checks them (sim.engines.costs_of)
-    data["peers"] = {}
+    data.setdefault("peers", {})
     for engine, values in entry.get("peers", {}).items():
         data["peers"][engine] = {}
         for field, raw in values.items():
             data["peers"][engine][field], src = _leaf(field, raw)
             if src:
                 sources[f"peers.{engine}.{field}"] = src
+    if "topology" in entry:
+        data["topology"] = _topology(entry["topology"], data, sources)
     data["sources"] = sources
     return MachineSpec.model_validate(data), sources
+
+
+def _topology(entry: dict[str, Any], data: dict[str, Any], sources: dict[str, str]) -> dict[str, Any]:
+    """A multi-GPU machine's topology from its preset: `count` copies of the machine's GPU and link, the shared
+    uplinks each GPU's link runs through (`shares`, one list per GPU), their bandwidths (`shared`) and the
+    peer-to-peer copy speed (`p2p_bytes_per_s`; absent: copies go through host memory)."""
+    count, src = _leaf("count", entry["count"])
+    sources["topology.count"] = src or ""
+    shares, src = _leaf("shares", entry.get("shares", [[]] * count))
+    if src:
+        sources["topology.shares"] = src
+    shared = {}
+    for key, raw in entry.get("shared", {}).items():
+        shared[key], src = _leaf("shared_bytes_per_s", raw)
+        if src:
+            sources[f"topology.shared.{key}"] = src
+    out = {"gpus": [{"gpu": data["gpu"], "link": data["link"], "shares": list(shares[i])} for i in range(count)],
+           "shared_bytes_per_s": shared}
+    if "p2p_bytes_per_s" in entry:
+        out["p2p_bytes_per_s"], src = _leaf("p2p_bytes_per_s", entry["p2p_bytes_per_s"])
+        sources["topology.p2p_bytes_per_s"] = src or ""
+    return out
 
 
 def get_machine(name: str) -> MachineSpec:

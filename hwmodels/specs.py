@@ -6,7 +6,7 @@ pydantic raises ValidationError, which the CLI turns into one sentence.
 from __future__ import annotations
 
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                      model_validator)
+                      model_serializer, model_validator)
 
 from hwmodels.names import Name
 from hwmodels.profiles import ComputeGrid, H2DPoint
@@ -120,6 +120,35 @@ class EngineSpec(Spec):
                                                "first load is ready (starting the stage threads); 0: an ideal engine.")
 
 
+class GpuAttach(Spec):
+    """One GPU of a machine with several: the card, its own link to the host, and the shared paths that link uses."""
+    gpu: GpuSpec
+    link: LinkSpec
+    shares: tuple[str, ...] = Field(default=(), description="Names of the shared uplinks this GPU's link runs through "
+                                    "(a PCIe switch's uplink, a root port split x8/x8, a CPU socket's link to the "
+                                    "host memory); each is a key of Topology.shared_bytes_per_s.")
+
+
+class Topology(Spec):
+    """The GPUs of a machine with more than one and how they reach the host and each other. GPU 0 is the machine's
+    `gpu` and `link`. Host memory (HostMemorySpec.bandwidth_bytes_per_s) is shared by every link."""
+    gpus: tuple[GpuAttach, ...] = Field(min_length=2, description="Every GPU, in device order.")
+    shared_bytes_per_s: dict[str, PositiveFloat] = Field(default_factory=dict, description="Per-direction bandwidth "
+                                                         "of each shared uplink, by name.")
+    p2p_bytes_per_s: PositiveFloat | None = Field(default=None, description="GPU-to-GPU copy speed (peer-to-peer); "
+                                                  "None: no peer-to-peer, a copy goes through host memory.")
+    p2p_latency_s: NonNegativeFloat = Field(default=10e-6, description="Fixed cost of one GPU-to-GPU copy.")
+
+    @model_validator(mode="after")
+    def _named_shares(self) -> "Topology":
+        for i, a in enumerate(self.gpus):
+            for name in a.shares:
+                if name not in self.shared_bytes_per_s:
+                    raise ValueError(f"GPU {i} runs through shared uplink {name!r}, which has no bandwidth in "
+                                     f"shared_bytes_per_s; add it")
+        return self
+
+
 PEER_ENGINES = ("accelerate", "airllm", "llamacpp")
 
 
@@ -142,7 +171,21 @@ class MachineSpec(Spec):
         "(field -> value); the engine's package validates them (sim.engines.costs_of). Absent: its defaults.")
     compute_grids: tuple[ComputeGrid, ...] = Field(default=(), description="Measured compute tables per unit kind "
                                                    "and device (calibrate); units without one use the roofline.")
+    topology: Topology | None = Field(default=None, description="The GPUs of a machine with several (hwmodels.topology); "
+                                      "None: one GPU, `gpu` over `link`.")
     sources: dict[str, str] = Field(default_factory=dict, description="Field path -> source of its value.")
+
+    @model_serializer(mode="wrap")
+    def _one_gpu_as_before(self, handler):
+        """A machine with one GPU writes no topology key: its JSON is what it was before machines had several."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("topology") is None:
+            data.pop("topology", None)
+        return data
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.topology.gpus) if self.topology else 1
 
     def with_overrides(self, **paths: float | int | str) -> "MachineSpec":
         """Copy with values replaced by dotted path, e.g. {'storage.cold_read_bytes_per_s': 7e9}."""

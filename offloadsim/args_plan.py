@@ -29,6 +29,10 @@ def add_plan(sub: argparse._SubParsersAction, model_args, machine_args) -> None:
     p.add_argument("--export", choices=ENGINES, default=None,
                    help="print an engine's arguments for the plan (with --engine, that engine's own)")
     p.add_argument("--explain", action="store_true", help="per-unit placement and stall contribution")
+    p.add_argument("--kv", choices=["auto", "vram", "pinned", "pageable", "cpu"], default=None,
+                   help="place the KV cache: in VRAM, in pinned or pageable RAM copied per step, or in RAM with "
+                   "attention on the CPU; auto: the planner trades it against weight residency (with --gpus N > 1 "
+                   "the default)")
     p.add_argument("--json", action="store_true")
     add_force(p)
 
@@ -51,7 +55,8 @@ def add_whatif(sub: argparse._SubParsersAction, model_args, machine_args) -> Non
     machine_args(p)
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
                    help="storage=PRESETS, vram=SIZES, ram=SIZES, link=pcie3,pcie4x8,..., cpu=PRESETS, gpu=PRESETS, "
-                   "model=MODELS (then MODEL is not used), context=PROMPT_TOKENS, batch=SEQUENCES")
+                   "gpus=1,2 (GPU count), model=MODELS (then MODEL is not used), context=PROMPT_TOKENS (4096 or 4k), "
+                   "batch=SEQUENCES")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=3)

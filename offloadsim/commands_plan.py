@@ -106,6 +106,9 @@ def plan_cmd(args: argparse.Namespace) -> int:
     budgets = resolve_budgets(args, machine)
     model = resolve_model(args)
     limits.check_request(model, machine, w)
+    if machine.gpu_count > 1 or getattr(args, "kv", None):
+        from offloadsim.commands_devices import devices_plan_cmd
+        return devices_plan_cmd(args, out, model, machine, w, budgets)
     planner_kw = {"objective": args.objective, "time_budget_s": args.time_budget, "progress": True}
     if not engine_of(engine).plans_itself:
         return _engine_plan_cmd(args, engine, out, model, machine, w, budgets, planner_kw)
@@ -229,3 +232,4 @@ def pareto_cmd(args: argparse.Namespace) -> int:
         lines.append(f"{r['vram_bytes'] / GiB:9.2f} " + " ".join(f"{r[n]:10.4f}" if r[n] else f"{'-':>10}" for n in names))
     lines.append(f"figure written to {args.chart}" if out is not None else "(--chart FILE.png draws these curves)")
     return emit(args, data, "\n".join(lines))
+

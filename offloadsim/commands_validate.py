@@ -168,6 +168,9 @@ def validate_cmd(args: argparse.Namespace) -> int:
         plan = POLICIES[args.plan](shape, machine, w, budgets)
     else:
         raise InputError(f"plan: {args.plan!r} is neither a plan file nor a policy; give a path or one of {', '.join(POLICIES)}.")
+    if plan.gpu_count > machine.gpu_count:  # the profile's GPU and link for each GPU the plan splits over
+        from hwmodels.topology import with_gpus
+        machine = with_gpus(machine, plan.gpu_count)
     if [p.unit for p in plan.placements] != [u.name for u in shape.units]:
         raise InputError(f"plan: it was made for model {plan.model!r}, not this checkpoint; make it with "
                          f"'offloadsim plan {ckpt}'.")

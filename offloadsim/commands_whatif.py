@@ -16,7 +16,7 @@ from offloadsim.outputs import check_output
 from sim.model.formats import parse_format
 from sim.model.resolve import load_model
 
-KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu", "model", "context", "batch")
+KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu", "gpus", "model", "context", "batch")
 LOCAL_CLUSTER_MIN = 256  # combinations below which starting worker processes costs more than it saves
 
 
@@ -61,7 +61,7 @@ def whatif_cmd(args: argparse.Namespace) -> int:
 def _sweep(args):
     """The grid the arguments name, every value checked, each model loaded once."""
     from planner.sweep import Sweep
-    from planner.whatif import parse_vary
+    from planner.whatif import context_tokens, parse_vary
     machine = load_machine(args.machine)
     w = limits.workload(args)
     fmt = parse_format(args.dtype) if args.dtype is not None else None
@@ -76,12 +76,12 @@ def _sweep(args):
         key, _, values = item.partition("=")
         vary[key.strip()] = [v.strip() for v in values.split(",")]
     vary = {k: vary[k] for k in order}
-    for v in vary.get("context", []):
-        check_count(_int(v, "context"), "context", 1, limits.MAX_PROMPT_TOKENS)
+    for v in vary.get("context", []):  # prompt tokens: 4096 or 4k
+        check_count(context_tokens(v), "context", 1, limits.MAX_PROMPT_TOKENS)
     for v in vary.get("batch", []):
         check_count(_int(v, "batch"), "batch", 1, limits.MAX_BATCH)
     models = {name: load_model(name, fmt) for name in vary.get("model", [args.model])}
-    most = w.model_copy(update={"prompt_tokens": max(map(int, vary.get("context", [w.prompt_tokens]))),
+    most = w.model_copy(update={"prompt_tokens": max(map(context_tokens, vary.get("context", [str(w.prompt_tokens)]))),
                                 "batch": max(map(int, vary.get("batch", [w.batch])))})
     for m in models.values():  # the largest request of each model, refused only if no machine could simulate it
         if {"ram", "gpu", "context", "batch", "model"} & set(vary):

@@ -27,6 +27,15 @@ def machine_detail(name: str | MachineSpec) -> dict:
             flat.append({"field": f"{part}.{field}", "value": value, "source": src.get(f"{part}.{field}", "")})
     flat.append({"field": "link.theoretical_bytes_per_s", "value": m.link.theoretical_bytes_per_s,
                  "source": "[C] PCIe generation x lanes (specs.pcie_theoretical_bytes_per_s)"})
+    if m.topology is not None:  # several GPUs: each GPU's shared uplinks, their speeds, peer-to-peer
+        t = m.topology
+        flat.append({"field": "topology.gpus", "value": len(t.gpus), "source": src.get("topology.count", "")})
+        flat.append({"field": "topology.shares", "value": [list(a.shares) for a in t.gpus],
+                     "source": src.get("topology.shares", "")})
+        for key, v in t.shared_bytes_per_s.items():
+            flat.append({"field": f"topology.shared.{key}", "value": v, "source": src.get(f"topology.shared.{key}", "")})
+        flat.append({"field": "topology.p2p_bytes_per_s", "value": t.p2p_bytes_per_s,
+                     "source": src.get("topology.p2p_bytes_per_s", "none: GPU-to-GPU copies go through host memory")})
     base = src.get("machine.base")
     return {"name": name, "description": m.description, "values": flat, **({"base": base} if base else {})}
 

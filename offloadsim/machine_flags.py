@@ -1,9 +1,10 @@
-"""Machine flags (--gpu, --ram, --storage, --link, --cpu): a machine composed from component presets.
+"""Machine flags (--gpu, --ram, --storage, --link, --cpu, --gpus): a machine composed from component presets.
 
 With `--machine M` the flags replace parts of M; without it they replace parts of a base chosen by the GPU
 (a laptop GPU: rtx3080-laptop; another consumer GPU: desktop-4090; a datacenter GPU: xeon-4090). Each value keeps
 its source: a preset's citation, "user" for a size or speed typed on the command line, "[C] ..." for a scaled link.
 Parts are swapped by planner.whatif.variant, the rule `whatif --vary` uses (a link of N lanes scales the x16 preset).
+`--gpus N` takes N of the machine's GPUs (hwmodels.topology.with_gpus: a one-GPU machine gets N copies of its GPU).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 from hwmodels.presets import get_part, load_machine, machine_sources, part_names
 from hwmodels.specs import MachineSpec
+from hwmodels.topology import with_gpus
 from hwmodels.units import InputError, check_size, parse_bandwidth, parse_bytes, parse_link
 
 PARTS = ("gpu", "storage", "link", "cpu")
@@ -41,9 +43,18 @@ def _storage_speed(value: str) -> float | None:
     return parse_bandwidth(value, "storage")
 
 
+def gpu_count(value: str) -> int:
+    """The value of --gpus (1 to 16); raises InputError naming it."""
+    if not value.strip().isdigit() or not 1 <= int(value) <= 16:
+        raise InputError(f"gpus: {value!r} is not a GPU count; give a whole number from 1 to 16.")
+    return int(value)
+
+
 def check_part(kind: str, value: str) -> None:
     """Refuse a bad flag value in one sentence while the arguments are parsed."""
-    if kind == "link":
+    if kind == "gpus":
+        gpu_count(value)
+    elif kind == "link":
         gen, _ = parse_link(value, "link")
         get_part("link", f"pcie{gen}x16")
     elif kind == "storage":
@@ -133,10 +144,16 @@ class MachineRequest:
     parts: dict[str, str] = field(default_factory=dict)
     ram: str | None = None
     gpu_values: dict[str, str] = field(default_factory=dict)
+    gpus: int | None = None
 
     def resolve(self) -> MachineSpec:
         base = self.base or base_for_gpu(self.parts.get("gpu"))
-        return with_gpu_values(compose(base, self.parts, self.ram, base_named=self.base is not None), self.gpu_values)
+        if self.parts or self.ram is not None or self.gpu_values:
+            machine = with_gpu_values(compose(base, self.parts, self.ram, base_named=self.base is not None),
+                                      self.gpu_values)
+        else:
+            machine = load_machine(base)
+        return with_gpus(machine, self.gpus) if self.gpus else machine
 
     def __fspath__(self) -> str:  # outputs.check_output compares outputs with input paths
         return self.base or DEFAULT_MACHINE
@@ -150,9 +167,10 @@ def _settle(ns: argparse.Namespace) -> None:
     flags = ns.machine_flags
     parts = {k: flags[k] for k in PARTS if k in flags}
     gpu_values = {k: flags[k] for k in GPU_VALUES if k in flags}
-    if parts or gpu_values or "ram" in flags:
+    gpus = gpu_count(flags["gpus"]) if "gpus" in flags else None
+    if parts or gpu_values or "ram" in flags or gpus:
         ns.machine = MachineRequest(base=flags.get("machine"), parts=parts, ram=flags.get("ram"),
-                                    gpu_values=gpu_values)
+                                    gpu_values=gpu_values, gpus=gpus)
     elif "machine" in flags:
         ns.machine = flags["machine"]
 
@@ -186,6 +204,8 @@ def add_machine_flags(p: argparse.ArgumentParser, required: bool = False, defaul
     p.add_argument("--gpu-vram", action=MachineFlag, default=None, help="the GPU's VRAM size, e.g. 16GiB")
     p.add_argument("--gpu-bandwidth", action=MachineFlag, default=None, help="the GPU's VRAM bandwidth, e.g. 288GB/s")
     p.add_argument("--gpu-name", action=MachineFlag, default=None, help="the GPU's name as reports show it")
+    p.add_argument("--gpus", action=MachineFlag, default=None, help="use N of the machine's GPUs (a machine of one "
+                   "GPU: N copies of it, each on its own link); --vram is then each GPU's budget")
     p.set_defaults(machine_flags=None)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hwmodels.specs import MachineSpec
 from hwmodels.units import InputError
 from planner.whatif import KEYS as MACHINE_KEYS
-from planner.whatif import evaluate as evaluate_machine
+from planner.whatif import context_tokens, evaluate as evaluate_machine
 from planner.whatif import summarize
 from sim.costs.memory import PlanError
 from sim.model.shapes import ModelShape
@@ -76,12 +76,13 @@ def index_of(vary: dict[str, list[str]], combo: dict[str, str]) -> int | None:
 def evaluate(sweep: Sweep, combo: dict[str, str]) -> dict:
     """One combination's row: whatif's planner and fast evaluator on the machine, model and workload it names."""
     model = sweep.models[combo["model"]] if "model" in combo else next(iter(sweep.models.values()))
-    update = {"prompt_tokens": int(combo["context"])} if "context" in combo else {}
+    update = {"prompt_tokens": context_tokens(combo["context"])} if "context" in combo else {}
     if "batch" in combo:
         update["batch"] = int(combo["batch"])
     w = sweep.workload.model_copy(update=update)
     try:
-        row = evaluate_machine(model, sweep.machine, w, {k: v for k, v in combo.items() if k in MACHINE_KEYS})
+        row = evaluate_machine(model, sweep.machine, w, {k: v for k, v in combo.items() if k in MACHINE_KEYS},
+                               "context" in combo)  # over contexts the KV cache is placed too
     except (InputError, PlanError) as exc:  # one combination that cannot run is a row, not the sweep's end
         row = {"feasible": False, "reason": str(exc)}
     return {**row, "combo": combo}

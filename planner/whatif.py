@@ -1,5 +1,7 @@
-"""What-if capacity planning: a grid of machine variants (storage, VRAM, RAM, link, CPU, GPU), each planned by the
-planner behind `plan` (the same answer for the same combination); single upgrades ranked by gain."""
+"""What-if capacity planning: a grid of machine variants (storage, VRAM, RAM, link, CPU, GPU, GPU count), each
+planned by the planner behind `plan` (the same answer for the same combination; with several GPUs or contexts
+varied, the planner that also places the KV cache and splits layers over GPUs: planner.devices); single upgrades
+ranked by gain."""
 from __future__ import annotations
 
 import itertools
@@ -11,18 +13,21 @@ from tqdm import tqdm
 from hwmodels.files import atomic_path
 from hwmodels.presets import get_part
 from hwmodels.specs import MachineSpec
+from hwmodels.topology import with_gpus
 from hwmodels.units import GiB, InputError, parse_bytes, parse_link
+from planner.devices import plan_devices
 from planner.engines import plan_answer
 from sim.plan import OS_RESERVE_BYTES, Budgets, Plan, Request, Workload
 from sim.model.shapes import ModelShape
 
-KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu")
+KEYS = ("storage", "vram", "ram", "link", "cpu", "gpu", "gpus")
+PLACED = ("gpus",)  # keys whose grids the planner that places the KV cache and splits layers answers
 
 
 def parse_vary(items: list[str]) -> dict[str, list[str]]:
     """['storage=sata,nvme-gen4', 'vram=8GiB,16GiB'] -> {'storage': [...], 'vram': [...]}, checked."""
     example = {"storage": "sata,nvme-gen4", "vram": "8GiB,16GiB", "ram": "32GiB,64GiB", "link": "pcie3,pcie4",
-               "cpu": "laptop-8core,desktop-8core", "gpu": "rtx4090,rtx5090"}
+               "cpu": "laptop-8core,desktop-8core", "gpu": "rtx4090,rtx5090", "gpus": "1,2"}
     out: dict[str, list[str]] = {}
     for item in items:
         key, _, values = item.partition("=")
@@ -38,8 +43,27 @@ def parse_vary(items: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def context_tokens(v: str) -> int:
+    """A context length: '4096', or '4k' / '128K' (k = 1024 tokens); raises InputError naming the value."""
+    text = v.strip().lower()
+    scale = 1024 if text.endswith("k") else 1
+    digits = text[:-1] if scale > 1 else text
+    if not digits.isdigit() or not 1 <= int(digits) * scale <= 1 << 20:
+        raise InputError(f"context: {v!r} is not a context length; give tokens such as 4096 or 4k (up to 1024k).")
+    return int(digits) * scale
+
+
+def gpus_count(v: str) -> int:
+    """A GPU count 1-16; raises InputError naming the value."""
+    if not v.strip().isdigit() or not 1 <= int(v) <= 16:
+        raise InputError(f"gpus: {v!r} is not a GPU count; give whole numbers from 1 to 16, e.g. gpus=1,2.")
+    return int(v)
+
+
 def _check(key: str, v: str) -> None:
-    if key in ("vram", "ram"):
+    if key == "gpus":
+        gpus_count(v)
+    elif key in ("vram", "ram"):
         parse_bytes(v, key)
     elif key == "link":
         gen, lanes = parse_link(v, key)
@@ -68,6 +92,8 @@ def variant(machine: MachineSpec, combo: dict[str, str]) -> tuple[MachineSpec, d
         elif key == "vram":
             budget["vram"] = parse_bytes(v, "vram")
     m = machine.model_copy(update=update)
+    if "gpus" in combo:  # after the parts: N of the (possibly swapped) GPU
+        m = with_gpus(m, gpus_count(combo["gpus"]))
     if "gpu" in combo and "vram" not in budget:
         budget["vram"] = m.gpu.vram_bytes
     return m, budget
@@ -94,18 +120,28 @@ def _request(combo: dict) -> tuple[Request | None, str]:
     return Request(model, m, w, Budgets.of(m, vram=budget.get("vram"), ram=budget.get("ram"))), ""
 
 
-def evaluate(model: ModelShape, machine: MachineSpec, w: Workload, combo: dict, objective: str = "request") -> dict:
+def evaluate(model: ModelShape, machine: MachineSpec, w: Workload, combo: dict, placed: bool = False,
+             objective: str = "request") -> dict:
     """One combination of machine changes (KEYS) planned as `plan` plans it and predicted: the row whatif and the
-    sweeps report (planner/sweep.py)."""
+    sweeps report (planner/sweep.py). `placed` (a grid over contexts), several GPUs or a GPU count varied: planned by
+    planner.devices, which also places the KV cache."""
     _init(model, machine, w, objective)
-    return _one(combo, {})[0]
+    return _one(combo, {}, placed)[0]
 
 
-def _one(combo: dict, floors: dict[str, Plan]) -> tuple[dict, Plan | None]:
-    """A combination planned by `plan`'s planner (planner.engines.plan_answer), judged beside `floors`."""
+def _one(combo: dict, floors: dict[str, Plan], placed: bool = False) -> tuple[dict, Plan | None]:
+    """A combination planned by `plan`'s planner (planner.engines.plan_answer), judged beside `floors`; with several
+    GPUs (or `placed`) by planner.devices."""
     req, why = _request(combo)
     if req is None:
         return {"combo": combo, "feasible": False, "reason": why}, None
+    if placed or any(k in combo for k in PLACED) or req.machine.gpu_count > 1:
+        plan, s = plan_devices(req)
+        if plan is None:
+            return {"combo": combo, "feasible": False}, None
+        load = s.get("load_s", 0.0)  # the fast evaluator's run, with the load before the first token where it has one
+        return {"combo": combo, "feasible": True, "policy": plan.policy, **{k: s[k] for k in ROW_KEYS if k in s},
+                "load_s": load, "request_s": s["total_s"] + load}, plan
     rep, _ = plan_answer(req, _CTX["objective"], floors=floors)
     if not rep.plan.feasible:
         return {"combo": combo, "feasible": False}, None

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_serializer,
+                      model_validator)
 
 from hwmodels.specs import MachineSpec
 from hwmodels.units import GiB, InputError
@@ -22,6 +23,9 @@ from hwmodels.names import Name
 from hwmodels.ranges import check_numbers
 
 PLAN_VERSION = 1
+# where a plan keeps the KV cache of its GPU-computed layers: in VRAM; in pinned or pageable RAM, copied to the GPU
+# for each step; or in pageable RAM with attention computed by the CPU (llama.cpp's -nkvo)
+KV_HOMES = ("vram", "pinned", "pageable", "cpu")
 OS_RESERVE_BYTES = 4 * GiB  # RAM the default budget leaves to the OS and other programs [E]
 MAX_PLAN_BYTES = 64 * 2**20
 MAX_SLOTS = 64  # staging buffers, prefetch depth and reader threads: engines use 1-4
@@ -60,8 +64,40 @@ class Plan(Spec):
                                                     "guessed one layer ahead; None: loads wait for the router.")
     gpu_offload_min_tokens: PositiveInt | None = Field(default=None, description="llama.cpp: when a step has at least "
                                                        "this many tokens, CPU-placed units are copied to and computed on the GPU.")
+    devices: tuple[NonNegativeInt, ...] | None = Field(default=None, description="The GPU of each placement, in "
+                                                        "model order (layers split over several GPUs, a pipeline); "
+                                                        "None: every unit on GPU 0.")
+    kv: Literal["vram", "pinned", "pageable", "cpu"] | None = Field(
+        default=None, description="Where the KV cache of the GPU-computed layers lives (KV_HOMES): 'vram'; 'pinned' "
+        "or 'pageable' RAM, copied to the GPU at each step; 'cpu': pageable RAM, attention computed on the CPU. None: "
+        "'vram'.")
     feasible: bool = Field(default=True, description="False when no plan fits the budgets.")
     reason: str = Field(default="", description="Why the plan is infeasible, naming the fix.")
+
+    @model_validator(mode="after")
+    def _one_device_each(self) -> "Plan":
+        if self.devices is not None and len(self.devices) != len(self.placements):
+            raise ValueError(f"devices names {len(self.devices)} GPUs for {len(self.placements)} placements; give one "
+                             "GPU index per placement")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _one_gpu_as_before(self, handler):
+        """A plan on one GPU with its KV cache in VRAM writes neither key: its JSON is what it was before."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("devices", "kv"):
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
+
+    @property
+    def gpu_count(self) -> int:
+        return max(self.devices) + 1 if self.devices else 1
+
+    @property
+    def kv_home(self) -> str:
+        return self.kv or "vram"
 
     def tiers(self) -> dict[str, Placement]:
         return {p.unit: p for p in self.placements}

@@ -76,16 +76,13 @@ def test_an_offloaded_cpu_layer_moves_its_cache_through_the_pinned_buffer(toy_ma
 
 
 def test_the_engine_moves_only_the_span_through_its_buffer():
-    """StreamRun.move_kv copies positions [2, 4) of K and V through the engine's staging buffer (one tensor's span
-    at a time, so a buffer of one of them serves) and leaves every other position as it was."""
+    """validate.devices.move_kv copies positions [2, 4) of K and V through the engine's staging buffer (one tensor's
+    span at a time, so a buffer of one of them serves) and leaves every other position as it was."""
     torch = pytest.importorskip("torch")
-    from types import SimpleNamespace
-
-    from validate.stream_run import StreamRun
+    from validate.devices import move_kv
     k, v = torch.arange(48.).view(1, 2, 6, 4), -torch.arange(48.).view(1, 2, 6, 4)
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-    fake = SimpleNamespace(e=SimpleNamespace(kv_stage=torch.empty(2 * 2 * 4 * 4, dtype=torch.uint8)))
-    StreamRun.move_kv(fake, (k, v), (dk, dv), slice(2, 4))
+    move_kv(torch.empty(2 * 2 * 4 * 4, dtype=torch.uint8), (k, v), (dk, dv), slice(2, 4))
     assert torch.equal(dk[:, :, 2:4], k[:, :, 2:4]) and torch.equal(dv[:, :, 2:4], v[:, :, 2:4])
     assert not dk[:, :, :2].any() and not dk[:, :, 4:].any() and not dv[:, :, 4:].any()
 

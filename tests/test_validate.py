@@ -89,6 +89,26 @@ def test_every_tier_is_bit_exact(ckpt, store):
     assert {"read", "unpack", "copy", "compute"} <= stages
 
 
+def test_two_fake_devices_and_a_kv_cache_in_ram_are_bit_exact(ckpt, store, kv="pinned"):
+    """A layer split over two devices (both the CPU here: the per-GPU slots, copiers, step tensors and hand-offs
+    run), with the KV cache in RAM copied around each layer: the same tokens and logits as all resident."""
+    from validate.engine import Engine
+    shape, machine = load_model(str(ckpt)), get_machine("rtx3080-laptop")
+    w = Workload(prompt_tokens=5, new_tokens=4)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    big = Budgets(vram_bytes=2**40, ram_bytes=2**40, pinned_bytes=2**40)
+    ref = Engine(store, cfg, shape, POLICIES["resident"](shape, machine, w, big), machine, "cpu").run(w)
+    tiers = ["vram", "ram_pinned", "vram", "ram_pinned", "ram_pageable"]
+    placements = tuple(Placement(unit=u.name, tier=tiers[k % len(tiers)]) for k, u in enumerate(shape.units))
+    plan = Plan(model=shape.name, machine=machine.name, placements=placements, prefetch_depth=1, vram_slots=1,
+                devices=tuple(0 if k < 2 else 1 for k in range(len(placements))), kv=kv)
+    run = Engine(store, cfg, shape, plan, machine, "cpu").run(w)
+    assert torch.equal(run.tokens, ref.tokens)
+    assert all(torch.equal(a, b) for a, b in zip(run.logits, ref.logits))
+    copied = {e.unit for e in run.events if e.stage == "copy"}
+    assert copied == {u.name for u, t in zip(shape.units, placements) if t.tier != "vram"}  # both GPUs' copiers
+
+
 def test_full_loop_cli(ckpt, tmp_path, capsys):
     prof = tmp_path / "profile.json"
     assert main(["calibrate", "--quick", "--base", "rtx3080-laptop", "--model", str(ckpt / "config.json"),

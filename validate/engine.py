@@ -3,7 +3,8 @@
 Resident units live on the device; streamed units go reader thread -> unpack thread (zstd workers) -> copier thread
 (a dedicated CUDA stream into VRAM slots) while the compute thread runs layers on the compute stream, waiting on CUDA
 events. Items, prefetch window and slots follow the same schedule the simulator uses. On a CPU-only machine the
-device is the CPU and the copy stage is a host copy.
+device is the CPU and the copy stage is a host copy. A plan over several GPUs keeps each unit on its GPU, with
+VRAM slots per GPU (validate/devices.py).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from sim.costs.memory import offload_kv_copy_bytes, streamed_units
 from sim.plan import Plan, Workload
 from sim.model.shapes import ModelShape
 from validate import model as M
+from validate.devices import plan_devices, unit_gpus
 from validate.store import drop_cache, file_meta, read_bytes, read_into, views
 from validate.run_result import RunResult
 from validate.stream_run import StreamRun
@@ -44,6 +46,7 @@ class Engine:
         if self.device.type == "cuda" and self.device.index is None:  # 'cuda' != 'cuda:0' when compared: name it
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.cuda = self.device.type == "cuda"
+        self.devices, self.gpu_of = plan_devices(plan, self.device), unit_gpus(shape, plan)
         self.machine = machine
         self.unpack_threads = unpack_threads or machine.cpu.unpack_threads
         self.blobs = blobs
@@ -64,7 +67,7 @@ class Engine:
                 torch._C._host_emptyCache()
             torch.cuda.synchronize()
         # what other engines of the process hold: not this engine's (RunResult.gpu_peak_bytes)
-        self.gpu_base_bytes = torch.cuda.memory_allocated(self.device) if self.cuda else 0
+        self.gpu_base_bytes = [torch.cuda.memory_allocated(d) if self.cuda else 0 for d in self.devices]
         t0 = time.perf_counter()
         self._materialize()
         if self.cuda:
@@ -92,7 +95,7 @@ class Engine:
             if row.resident:
                 buf = self._host_buffer(meta["nbytes"], False)
                 self._fill(u.name, buf)
-                self.resident[u.name] = views(buf.to(self.device), meta["layout"])
+                self.resident[u.name] = views(buf.to(self.devices[self.gpu_of[u.name]]), meta["layout"])
             elif row.in_ram and not row.compressed:
                 buf = self._host_buffer(meta["nbytes"], row.pinned_home)
                 self._fill(u.name, buf)
@@ -102,6 +105,7 @@ class Engine:
                 self.packed[u.name] = read_bytes(self.store / self.files[u.name]["zst"], self.zmeta[u.name])
         sch_units = [u.name for u in self.shape.units if not TIER_ROWS[self.tiers[u.name].tier].resident]
         self.vram_slots: list[torch.Tensor] = []
+        self.slot_gpu: list[int] = []  # the GPU index of each VRAM slot
         self.kv_stage = self._host_buffer(0, False)
         self._size_slots(None)
         staged = [n for n in sch_units if TIER_ROWS[self.tiers[n].tier].staged]
@@ -121,9 +125,10 @@ class Engine:
         them: none when nothing streams; grown before a run whose prompt offloads a larger unit."""
         slot = max((self.meta[n]["nbytes"] for n in streamed_units(self.shape, self.plan, w)), default=0)
         if slot > (self.vram_slots[0].numel() if self.vram_slots else 0):
-            self.vram_slots = []  # freed before the larger ones are taken
-            self.vram_slots = [torch.empty(slot, dtype=torch.uint8, device=self.device)
-                               for _ in range(self.plan.vram_slots)]
+            self.vram_slots = []  # freed before the larger ones are taken; each GPU its own
+            self.vram_slots = [torch.empty(slot, dtype=torch.uint8, device=d)
+                               for d in self.devices for _ in range(self.plan.vram_slots)]
+            self.slot_gpu = [g for g in range(len(self.devices)) for _ in range(self.plan.vram_slots)]
         # the pinned host buffer a CPU layer's K and V pass through, one at a time, to and from the GPU
         stage = offload_kv_copy_bytes(self.shape, self.plan, w) // 2 if w is not None and self.cuda else 0
         if stage > self.kv_stage.numel():
@@ -165,9 +170,12 @@ class Engine:
         self._size_slots(w)
         if not self.cuda:
             return StreamRun(self, w, prompt, decoding).execute()
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
+        for d in self.devices:
+            torch.cuda.synchronize(d)
+            torch.cuda.reset_peak_memory_stats(d)
         out = StreamRun(self, w, prompt, decoding).execute()
-        torch.cuda.synchronize(self.device)
-        out.gpu_peak_bytes = torch.cuda.max_memory_allocated(self.device) - self.gpu_base_bytes
+        for d in self.devices:
+            torch.cuda.synchronize(d)
+        out.gpu_peak_bytes = max(torch.cuda.max_memory_allocated(d) - base  # the fullest GPU's, as predicted
+                                 for d, base in zip(self.devices, self.gpu_base_bytes))
         return out

@@ -9,16 +9,24 @@ from sim.run.events import Event
 
 
 class Clock:
-    """Host perf_counter and CUDA events on one timeline (seconds from the run's start)."""
+    """Host perf_counter and CUDA events on one timeline (seconds from the run's start). With several GPUs each has
+    its own base event, recorded with every GPU idle, so an event is timed against its own GPU's base."""
 
-    def __init__(self, cuda: bool):
+    def __init__(self, cuda: bool, devices=()):
         self.cuda = cuda
+        self.bases: dict[int, torch.cuda.Event] = {}
         if cuda:
-            torch.cuda.synchronize()
-            self.base = torch.cuda.Event(enable_timing=True)
-            self.base.record()
-            torch.cuda.synchronize()
+            devices = [d for d in devices if d.type == "cuda"] or [torch.device("cuda", torch.cuda.current_device())]
+            for d in devices:
+                torch.cuda.synchronize(d)
+            for d in devices:
+                self.bases.setdefault(d.index, torch.cuda.Event(enable_timing=True)).record(
+                    torch.cuda.current_stream(d))
+            for d in devices:
+                torch.cuda.synchronize(d)
+            self.base = next(iter(self.bases.values()))
         self.t0 = time.perf_counter()
+        self.device_of: dict[int, int] = {}  # id of an event -> its GPU
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -28,10 +36,13 @@ class Clock:
             return self.now()
         ev = torch.cuda.Event(enable_timing=True)
         ev.record(stream)
+        self.device_of[id(ev)] = stream.device.index if stream is not None else torch.cuda.current_device()
         return ev
 
     def seconds(self, ev) -> float:
-        return ev if not self.cuda else self.base.elapsed_time(ev) / 1e3
+        if not self.cuda:
+            return ev
+        return self.bases.get(self.device_of.get(id(ev)), self.base).elapsed_time(ev) / 1e3
 
 
 

@@ -137,8 +137,8 @@ class Runner:
         ids = self.encode(prompt, chat)
         w = Workload(batch=1, prompt_tokens=len(ids), new_tokens=max_new_tokens, warm=not cold)
         streamer = text_streamer(self.tokenizer, stream) if stream is not None else None
-        sampler = Sampler(sampling.temperature, sampling.top_p, sampling.seed, self.engine.device) \
-            if sampling.temperature > 0 else None
+        head = self.engine.devices[self.engine.gpu_of[self.engine.shape.units[-1].name]]  # where the logits are
+        sampler = Sampler(sampling.temperature, sampling.top_p, sampling.seed, head) if sampling.temperature > 0 else None
         stops = frozenset() if ignore_eos else self.stop_ids()
         decoding = Decoding(sampler, (lambda step, t: streamer.put(torch.tensor([t]))) if streamer else None, stops)
         run = self.engine.run(w, torch.tensor([ids]), cold=cold, decoding=decoding)

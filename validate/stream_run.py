@@ -7,18 +7,22 @@ and end with the simulator's event schema.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from hwmodels.topology import with_gpus
 from sim.costs.tiers import TIER_ROWS
 from sim.run.pipeline import rules
 from sim.plan import Budgets, Workload
 from sim.run.items import GPU_LOAD
-from sim.run.schedule import build_schedule
+from sim.run.placed import build_placed_schedule
 from validate import model as M
+from validate.devices import HostKV, StepState, hand_off, make_caches, move_kv, synchronize
 from validate.recording import Clock, to_events
 from validate.store import views
 from validate.run_result import RunResult
@@ -33,7 +37,9 @@ class StreamRun(StageThreads):
         with every step's logits kept (validation)."""
         e, p = engine, engine.plan
         self.e, self.w, self.decoding = e, w, decoding
-        sch = self.sch = build_schedule(e.shape, e.machine, p, w, Budgets.unlimited())
+        machine = e.machine if e.machine.gpu_count >= p.gpu_count else with_gpus(e.machine, p.gpu_count)
+        sch = self.sch = build_placed_schedule(e.shape, machine, p, w, Budgets.unlimited())
+        self.gpu = sch.gpu.tolist()
         n = self.n = len(sch)
         self.units, self.steps = sch.unit.tolist(), sch.step.tolist()
         self.load, self.read_b = sch.load.tolist(), sch.read_bytes.tolist()
@@ -44,18 +50,17 @@ class StreamRun(StageThreads):
         self.names = [u.name for u in e.shape.units]
         self.prompt = prompt if prompt is not None else torch.randint(
             0, e.shape.vocab, (w.batch, w.prompt_tokens), generator=torch.Generator().manual_seed(w.seed))
-        max_len = w.prompt_tokens + w.new_tokens
-        self.caches = {u.name: M.KVCache(e.arch, w.batch, max_len,
-                                         "cpu" if e.tiers[u.name].compute == "cpu" else e.device, torch.bfloat16)
-                       for u in e.shape.units if u.kind == "decoder"}
-        self.pre = StepState(e, w.batch, w.prompt_tokens, decode=False)
-        self.dec = StepState(e, w.batch, 1, decode=True)
+        self.caches = make_caches(e, w, e.devices, e.gpu_of)
+        # each GPU's static step tensors (its graphs capture over them); the hidden state moves between them
+        self.pres = [StepState(e, d, w.batch, w.prompt_tokens, decode=False) for d in e.devices]
+        self.decs = [StepState(e, d, w.batch, 1, decode=True) for d in e.devices]
+        self.pre, self.dec, self.cur = self.pres[0], self.decs[0], 0
         self.start = 0
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.slot_index = {b.data_ptr(): j for j, b in enumerate(e.vram_slots)}
         self.clock: Clock | None = None
-        self.copy_stream = torch.cuda.Stream(e.device) if e.cuda else None
-        self.compute_stream = torch.cuda.current_stream(e.device) if e.cuda else None
+        self.copy_streams = [torch.cuda.Stream(d) if e.cuda else None for d in e.devices]
+        self.compute_streams = [torch.cuda.current_stream(d) if e.cuda else None for d in e.devices]
         self.started, self.finished, self.host_done, self.unpacked, self.ready = (
             [threading.Event() for _ in range(n)] for _ in range(5))
         self.comp_end: list = [None] * n   # CUDA event at the end of each GPU compute
@@ -65,13 +70,14 @@ class StreamRun(StageThreads):
         self.wviews: list = [None] * n     # the item's weight views, made by the copier
         self.records: list[tuple] = []     # (i, stage, resource, start, end, nbytes, detail); CUDA events resolved later
         self.loads = [i for i in range(n) if self.load[i]]
-        self.pinned_pool, self.read_pool, self.vram_pool = queue.Queue(), queue.Queue(), queue.Queue()
+        self.pinned_pool, self.read_pool = queue.Queue(), queue.Queue()
+        self.vram_pools = [queue.Queue() for _ in e.devices]  # each GPU's slots
         for b in e.pinned_slots:
             self.pinned_pool.put(b)
         for b in e.read_slots:
             self.read_pool.put(b)
-        for b in e.vram_slots:
-            self.vram_pool.put((b, None))
+        for b, g in zip(e.vram_slots, e.slot_gpu):
+            self.vram_pools[g].put((b, None))
         self.errors: list[BaseException] = []
         self.scratch: torch.Tensor | None = None  # the host copy of a peer's load (StageThreads.host_copy)
         self.sync_each = (p.prefetch_depth == 0 or not p.overlap_copy) and any(x == GPU_LOAD for x in self.load)
@@ -94,13 +100,14 @@ class StreamRun(StageThreads):
             st.sin.copy_(sin)
         elif kind == "decoder":
             cache, start = self.caches[name], self.start
+            cache = cache.dev if isinstance(cache, HostKV) else cache  # a cache in RAM: its copy on the GPU
             x, cos, sin = st.x.to(dev), st.cos.to(dev), st.sin.to(dev)
             if cache.k.device != dev:  # a CPU-placed layer computed on the GPU for a big step
                 tmp = M.KVCache(e.arch, self.w.batch, cache.k.shape[2], dev, torch.bfloat16)
                 if start:
-                    self.move_kv((cache.k, cache.v), (tmp.k, tmp.v), slice(0, start))
+                    move_kv(e.kv_stage, (cache.k, cache.v), (tmp.k, tmp.v), slice(0, start))
                 x = M.decoder_layer(x, weights, e.arch, tmp, start, cos, sin)
-                self.move_kv((tmp.k, tmp.v), (cache.k, cache.v), slice(start, start + x.shape[1]))
+                move_kv(e.kv_stage, (tmp.k, tmp.v), (cache.k, cache.v), slice(start, start + x.shape[1]))
             else:
                 pos = None if not st.decode else st.pos if dev == st.pos.device else st.pos_cpu
                 x = M.decoder_layer(x, weights, e.arch, cache, start, cos, sin, pos)
@@ -110,16 +117,6 @@ class StreamRun(StageThreads):
             st.logits.copy_(out)
             st.tok.copy_(out.argmax(-1))
 
-    def move_kv(self, src: tuple, dst: tuple, span: slice) -> None:
-        """Positions `span` of a layer's K and V between the CPU cache and its GPU copy, each tensor through the
-        engine's pinned buffer: a host copy and a pinned copy at the link's speed (a pageable copy into a fresh
-        tensor ran at 1.3 GB/s, lab/journal/validation.md). Both copies are synchronous, so one buffer serves."""
-        for a, b in zip(src, dst):
-            part = a[:, :, span]
-            buf = self.e.kv_stage[:part.numel() * part.element_size()].view(part.dtype).view(part.shape)
-            buf.copy_(part)
-            b[:, :, span].copy_(buf)
-
     def set_inputs(self, s: int, st: "StepState") -> None:
         """The step's token ids and position, written into the static inputs before its first unit."""
         if s == 0:
@@ -128,15 +125,23 @@ class StreamRun(StageThreads):
             return
         self.start = self.w.prompt_tokens + s - 1
         st.ids.copy_(self.tokens[-1][:, None])
-        st.pos.fill_(self.start)
-        st.pos_cpu.fill_(self.start)
+        for d in self.decs:  # every GPU's decode position
+            d.pos.fill_(self.start)
+            d.pos_cpu.fill_(self.start)
 
     def forward(self, i: int, kind: str, name: str, weights: dict, dev: torch.device) -> None:
         """One unit at one step: a captured CUDA graph replayed where there is one (GPU-placed units), else eager."""
-        s = self.steps[i]
-        st = self.dec if s else self.pre
+        s, gpu = self.steps[i], self.gpu[i]
+        states = self.decs if s else self.pres
+        st = states[gpu]
         if kind == "embedding":
             self.set_inputs(s, st)
+        else:  # the compute moved to another GPU: its activations follow
+            hand_off(states[self.cur], st)
+        self.cur = gpu
+        kv = self.caches.get(name)
+        if isinstance(kv, HostKV):
+            kv.copy_in(self.start)
         slot = self.slot_of[i]
         src = "vram" if name in self.e.resident else self.slot_index.get(slot.data_ptr()) if slot is not None else None
         g = self.graphs.get((name, bool(s), src)) if dev.type == "cuda" else None
@@ -144,6 +149,8 @@ class StreamRun(StageThreads):
             g.replay()
         else:
             self.unit_step(kind, name, weights, dev, st)
+        if isinstance(kv, HostKV):
+            kv.copy_back(self.start, st.x.shape[1])
         if kind == "lm_head":
             if self.decoding is not None:
                 self.decoding.choose(s, st.logits, st.tok)
@@ -158,8 +165,9 @@ class StreamRun(StageThreads):
         The caches are zeroed after."""
         e = self.e
         last = self.w.prompt_tokens + self.w.new_tokens - 1  # a position no step writes: masked until zeroed
-        self.dec.pos.fill_(last)
-        self.dec.pos_cpu.fill_(last)
+        for d in self.decs:
+            d.pos.fill_(last)
+            d.pos_cpu.fill_(last)
         self.start = 0  # a prefill graph bakes its cache writes in: captured at position 0, where every prefill runs
         try:
             self.capture()
@@ -169,16 +177,18 @@ class StreamRun(StageThreads):
         self.start = last
         graphed = {k[0] for k in self.graphs}
         for u in e.shape.units:  # weights where the unit computes: resident on the device, or in RAM for the CPU
-            on_cpu = e.tiers[u.name].compute == "cpu"
+            on_cpu, g = e.tiers[u.name].compute == "cpu", e.gpu_of[u.name]
             weights = e.host_views.get(u.name) if on_cpu else e.resident.get(u.name)
             if weights is not None and u.name not in graphed:
-                self.unit_step(u.kind, u.name, weights, torch.device("cpu") if on_cpu else e.device, self.dec)
+                self.unit_step(u.kind, u.name, weights, torch.device("cpu") if on_cpu else e.devices[g], self.decs[g])
         for c in self.caches.values():
-            c.k.zero_()
-            c.v.zero_()
+            if isinstance(c, HostKV):
+                c.zero_()
+            else:
+                c.k.zero_()
+                c.v.zero_()
         self.start = 0
-        if e.cuda:
-            torch.cuda.synchronize()
+        synchronize(e.devices)
 
     def capture(self) -> None:
         """CUDA graphs of every GPU-placed unit for the prefill and the decode step, one per weight source (its
@@ -188,19 +198,26 @@ class StreamRun(StageThreads):
         e = self.e
         if not (e.cuda and e.graphs):
             return
-        pool, side, cur = torch.cuda.graph_pool_handle(), torch.cuda.Stream(e.device), torch.cuda.current_stream(e.device)
-        phases = [(False, self.pre)] + ([(True, self.dec)] if self.w.new_tokens > 1 else [])
+        for gpu, dev in enumerate(e.devices):
+            with torch.cuda.device(dev):
+                self.capture_on(gpu, dev)
+
+    def capture_on(self, gpu: int, dev: torch.device) -> None:
+        """capture's graphs of the units on one GPU, over that GPU's step tensors and slots."""
+        e = self.e
+        pool, side, cur = torch.cuda.graph_pool_handle(), torch.cuda.Stream(dev), torch.cuda.current_stream(dev)
+        phases = [(False, self.pres[gpu])] + ([(True, self.decs[gpu])] if self.w.new_tokens > 1 else [])
         for decode, st in phases:
             warmed: set[str] = set()
             for u in e.shape.units:
                 p = e.tiers[u.name]
-                if p.compute != "gpu":
+                if p.compute != "gpu" or e.gpu_of[u.name] != gpu:
                     continue
                 sources = [("vram", e.resident[u.name])] if TIER_ROWS[p.tier].resident else \
-                    [(j, views(b, e.meta[u.name]["layout"])) for j, b in enumerate(e.vram_slots)]
+                    [(j, views(b, e.meta[u.name]["layout"])) for j, b in enumerate(e.vram_slots) if e.slot_gpu[j] == gpu]
                 for src, weights in sources:
                     def fn(kind=u.kind, name=u.name, weights=weights, st=st):
-                        self.unit_step(kind, name, weights, e.device, st)
+                        self.unit_step(kind, name, weights, dev, st)
                     if u.kind not in warmed:  # lazy initialisation (handles, workspaces) outside the capture
                         side.wait_stream(cur)
                         with torch.cuda.stream(side):
@@ -214,43 +231,46 @@ class StreamRun(StageThreads):
 
     def compute(self, i: int) -> None:
         e, clock, load = self.e, self.clock, self.load
-        name = self.names[self.units[i]]
+        name, gpu = self.names[self.units[i]], self.gpu[i]
+        stream = self.compute_streams[gpu]
         if load[i]:
             self.ready[i].wait()
             if self.errors:
                 raise self.errors[0]
             if e.cuda and self.ready_ev[i] is not None:
-                self.compute_stream.wait_event(self.ready_ev[i])
+                stream.wait_event(self.ready_ev[i])
             weights, self.wviews[i] = self.wviews[i], None
         else:
             weights = e.resident[name] if name in e.resident else e.host_views[name]
-        dev = torch.device("cpu") if self.on_cpu[i] else e.device
+        dev = torch.device("cpu") if self.on_cpu[i] else e.devices[gpu]
         if dev.type == "cpu" and i > 0 and self.comp_end[i - 1] is not None:
             # its input is the GPU unit's output: the CPU starts when that ends (what this unit's compute would
             # block on anyway), so the time the GPU spent waiting for copies is not counted as this unit's compute
             self.comp_end[i - 1].synchronize()
         self.started[i].set()
-        e0 = clock.event(self.compute_stream) if dev.type == "cuda" else clock.now()
-        self.forward(i, e.shape.units[self.units[i]].kind, name, weights, dev)
+        e0 = clock.event(stream) if dev.type == "cuda" else clock.now()
+        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():  # its GPU's graphs, streams
+            self.forward(i, e.shape.units[self.units[i]].kind, name, weights, dev)
         if dev.type == "cuda":
-            e1 = clock.event(self.compute_stream)
+            e1 = clock.event(stream)
             self.comp_end[i] = e1
             self.records.append((i, "compute", "gpu", e0, e1, 0.0, ""))
             if load[i] == GPU_LOAD:
-                self.vram_pool.put((self.slot_of[i], e1))
+                self.vram_pools[gpu].put((self.slot_of[i], e1))
             if self.sync_each:
                 e1.synchronize()
         else:
             self.records.append((i, "compute", "cpu" if self.on_cpu[i] else "gpu", e0, clock.now(), 0.0, ""))
             if load[i] == GPU_LOAD:
-                self.vram_pool.put((self.slot_of[i], None))
+                self.vram_pools[gpu].put((self.slot_of[i], None))
         self.finished[i].set()
 
     def execute(self):
         with torch.inference_mode():
             self.prepare()
-        self.clock = Clock(self.e.cuda)
-        threads = [threading.Thread(target=self.guarded(f), daemon=True) for f in (self.reader, self.unpacker, self.copier)]
+        self.clock = Clock(self.e.cuda, self.e.devices)
+        copiers = [functools.partial(self.copier, g) for g in range(len(self.e.devices))]  # one per GPU
+        threads = [threading.Thread(target=self.guarded(f), daemon=True) for f in (self.reader, self.unpacker, *copiers)]
         for t in threads:
             t.start()
         failed = True
@@ -263,8 +283,7 @@ class StreamRun(StageThreads):
                         self.stop_stages()
                         break
                     self.compute(i)
-            if self.e.cuda:
-                torch.cuda.synchronize()
+            synchronize(self.e.devices)
             failed = False
         finally:
             for ev in self.started + self.finished + self.ready + self.host_done + self.unpacked:
@@ -276,8 +295,8 @@ class StreamRun(StageThreads):
                 self.decoding.finish()
         if self.errors:
             raise self.errors[0]
-        if self.e.cuda and self.halted.is_set():  # a stage may have copied once more before it saw the halt
-            torch.cuda.synchronize()
+        if self.halted.is_set():  # a stage may have copied once more before it saw the halt
+            synchronize(self.e.devices)
         self.graphed = bool(self.graphs)
         self.graphs.clear()
         events = to_events(self.records, self.clock, self.sch, self.names)
@@ -291,22 +310,3 @@ class StreamRun(StageThreads):
         logits = [t.clone() for t in self.logits_host]  # the device was synchronised above
         return RunResult(torch.stack([t.cpu() for t in self.tokens], dim=1), logits, events, ttft, tpot, ends[-1],
                          graphs=self.graphed)
-
-
-class StepState:
-    """The static tensors one phase computes through (prefill: the whole prompt; decode: one token at a position
-    held on the device): token ids, positions, hidden state, rotary tables, logits and the chosen token. Every unit
-    reads and writes them in place, so a CUDA graph captured over them serves every step of its phase."""
-
-    def __init__(self, e, batch: int, tokens: int, decode: bool):
-        dev, a = e.device, e.arch
-        self.decode = decode
-        self.ids = torch.zeros((batch, tokens), dtype=torch.long, device=dev)
-        self.positions = torch.arange(tokens, device=dev)
-        self.pos = torch.zeros(1, dtype=torch.long, device=dev)
-        self.pos_cpu = torch.zeros(1, dtype=torch.long)
-        self.x = torch.zeros((batch, tokens, a.hidden), dtype=torch.bfloat16, device=dev)
-        self.cos = torch.zeros((tokens, a.head_dim), dtype=torch.bfloat16, device=dev)
-        self.sin = torch.zeros_like(self.cos)
-        self.logits = torch.zeros((batch, e.shape.vocab), dtype=torch.float32, device=dev)
-        self.tok = torch.zeros(batch, dtype=torch.long, device=dev)

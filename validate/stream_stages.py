@@ -33,9 +33,9 @@ class StageThreads:
     def stop_stages(self) -> None:
         """Let the stage threads return: the halt flag, and a stand-in in every pool a stage may be waiting on."""
         self.halted.set()
+        vram = [(pool, self.e.slot_gpu.count(g), (None, None)) for g, pool in enumerate(self.vram_pools)]
         for pool, count, blank in ((self.pinned_pool, len(self.e.pinned_slots), None),
-                                   (self.read_pool, len(self.e.read_slots), None),
-                                   (self.vram_pool, len(self.e.vram_slots), (None, None))):
+                                   (self.read_pool, len(self.e.read_slots), None), *vram):
             for _ in range(count):
                 pool.put(blank)
 
@@ -121,9 +121,13 @@ class StageThreads:
         self.records.append((i, "unpack", "unpack", t0, clock.now(), nbytes, ""))
         self.unpacked[i].set()
 
-    def copier(self) -> None:
+    def copier(self, gpu: int = 0) -> None:
+        """GPU `gpu`'s copier: its loads in order, on its copy stream into its VRAM slots."""
         e, clock = self.e, self.clock
+        copy_stream, vram_pool = self.copy_streams[gpu], self.vram_pools[gpu]
         for k, i in enumerate(self.loads):
+            if self.gpu[i] != gpu:
+                continue
             name = self.names[self.units[i]]
             if self.unpack_s[i] > 0:
                 self.unpacked[i].wait()
@@ -143,17 +147,17 @@ class StageThreads:
                 self.finished[i - 1].wait()
                 if self.comp_end[i - 1] is not None:
                     self.comp_end[i - 1].synchronize()
-            slot, done = self.vram_pool.get()
+            slot, done = vram_pool.get()
             if self.stopping():
                 return
             nbytes = e.meta[name]["nbytes"]
             if e.cuda:
-                with torch.cuda.stream(self.copy_stream):
+                with torch.cuda.stream(copy_stream):
                     if done is not None:
-                        self.copy_stream.wait_event(done)
-                    e0 = clock.event(self.copy_stream)
+                        copy_stream.wait_event(done)
+                    e0 = clock.event(copy_stream)
                     slot[:nbytes].copy_(src[:nbytes], non_blocking=True)
-                    e1 = clock.event(self.copy_stream)
+                    e1 = clock.event(copy_stream)
                 self.records.append((i, "copy", "copy", e0, e1, nbytes, ""))
                 self.ready_ev[i] = e1
                 if self.pin[i]:

@@ -18,7 +18,8 @@ def gantt(events: list[Event], path: str | Path, title: str = "", tokens: tuple[
     import matplotlib.pyplot as plt
 
     evs = [e for e in events if tokens is None or tokens[0] <= e.token <= tokens[1]]
-    lanes = [lane for lane in LANE_ORDER if any(e.resource == lane for e in evs)]
+    extra = sorted({e.resource for e in evs} - set(LANE_ORDER))  # each further GPU's copy lane (copy1, ...)
+    lanes = [lane for lane in LANE_ORDER if any(e.resource == lane for e in evs)] + extra
     fig, ax = plt.subplots(figsize=(12, 0.5 + 0.55 * len(lanes)))
     for row, lane in enumerate(lanes):
         by_stage: dict[str, list[tuple[float, float]]] = {}

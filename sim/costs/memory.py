@@ -31,7 +31,7 @@ class MemoryUse:
     page_cache_bytes: int
     slot_bytes: int
     host_kv_bytes: int = 0  # the KV cache of the layers computed on the CPU, kept in RAM beside them
-
+    pinned_kv_bytes: int = 0  # a KV cache placed in pinned RAM (Plan.kv 'pinned')
 
     @property
     def vram_bytes(self) -> int:
@@ -39,7 +39,7 @@ class MemoryUse:
 
     @property
     def pinned_bytes(self) -> int:
-        return self.pinned_weights_bytes + self.pinned_staging_bytes
+        return self.pinned_weights_bytes + self.pinned_staging_bytes + self.pinned_kv_bytes
 
 
 @dataclass(frozen=True)
@@ -226,14 +226,46 @@ def memory_use(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> 
     (Engine.gpu_memory: llama.cpp's compute buffer with the activations in it, and the KV cache of its GPU layers)
     is counted that way."""
     on_cpu = np.array([p.compute == "cpu" for p in plan.placements], dtype=bool)
-    held = held_bytes(unit_bytes(model, w), tier_codes(plan), on_cpu, plan.codec.ratio if plan.codec else 1.0)
     loader = Loader(plan.vram_slots, plan.pinned_slots, _prompt_offloads(plan, w), plan.pinned_staging)
+    if plan.devices is not None or plan.kv_home != "vram":
+        return max(device_uses(model, plan, w, budgets), key=lambda m: m.vram_bytes)
+    held = held_bytes(unit_bytes(model, w), tier_codes(plan), on_cpu, plan.codec.ratio if plan.codec else 1.0)
     own = engine_of(plan.engine).gpu_memory(model, plan, w)
     if own is None:
         return account(held, loader, activation_bytes(model, w), budgets.ram_bytes)
     staging, kv, act, slot, host_kv = own
     m = account(dataclasses.replace(held, kv_gpu=0, kv_cpu=host_kv, kv_copy=0), loader, act, budgets.ram_bytes)
     return dataclasses.replace(m, staging_vram_bytes=staging, kv_bytes=kv, slot_bytes=slot)
+
+
+def device_uses(model: ModelShape, plan: Plan, w: Workload, budgets: Budgets) -> list[MemoryUse]:
+    """The memory use of each GPU of a plan over several GPUs or with its KV cache placed in RAM: each GPU's VRAM
+    (its units' resident weights, its staging slots, the KV cache it holds, the activations), and in every entry
+    the host's totals (RAM and pinned weights, KV cache in RAM, pinned staging slots: one pool) and the page cache the
+    RAM budget leaves. A KV cache copied from RAM needs on its GPU the largest layer's twice (the copy as it
+    arrives and the layer's cache it fills, validate/stream_run.py)."""
+    on_cpu = np.array([p.compute == "cpu" for p in plan.placements], dtype=bool)
+    ub, codes, ratio = unit_bytes(model, w), tier_codes(plan), plan.codec.ratio if plan.codec else 1.0
+    devices = np.array(plan.devices if plan.devices is not None else [0] * len(codes), dtype=np.int64)
+    loader = Loader(plan.vram_slots, plan.pinned_slots, _prompt_offloads(plan, w), plan.pinned_staging)
+    kv_home, uses = plan.kv_home, []
+    own = engine_of(plan.engine).gpu_memory(model, plan, w)  # an engine's own activations (llama.cpp's buffer)
+    activation = own[2] if own is not None else activation_bytes(model, w)
+    for g in range(int(devices.max(initial=0)) + 1):
+        mask = devices == g
+        held = held_bytes(UnitBytes(ub.nbytes[mask], ub.kv[mask], ub.embedding[mask], ub.tied[mask]), codes[mask],
+                          on_cpu[mask], ratio)
+        placed = 0 if kv_home == "vram" else held.kv_gpu
+        if placed:
+            buffer = 0 if kv_home == "cpu" else 2 * _largest(ub.kv[mask], ~on_cpu[mask])
+            held = dataclasses.replace(held, kv_gpu=buffer, kv_cpu=held.kv_cpu + (placed if kv_home != "pinned" else 0))
+        m = account(held, loader, activation, budgets.ram_bytes)
+        uses.append(dataclasses.replace(m, pinned_kv_bytes=placed if kv_home == "pinned" else 0))
+    staging = max(m.pinned_staging_bytes for m in uses)
+    host = {f: sum(getattr(m, f) for m in uses) for f in ("pinned_weights_bytes", "ram_weights_bytes",
+                                                          "host_kv_bytes", "pinned_kv_bytes")}
+    cache = budgets.ram_bytes - staging - sum(host.values())
+    return [dataclasses.replace(m, pinned_staging_bytes=staging, page_cache_bytes=max(cache, 0), **host) for m in uses]
 
 
 def _gib(n: float) -> str:

@@ -160,6 +160,7 @@ class Engine:
     no_export_why: ClassVar[str] = ""  # why it takes no placement, where it takes none
     computes_rest_on_cpu: ClassVar[bool] = False  # its placement computes on the CPU what the GPU does not hold
     plans_itself: ClassVar[bool] = False  # the planner (planner/core.py) plans for it rather than best_plan
+    kv_homes: ClassVar[tuple[str, ...]] = ("vram",)  # where it can keep the KV cache of its GPU layers (Plan.kv)
     default_placement: ClassVar[str] = ""  # what it does with no plan, in words (its own placement policy)
     fitting: ClassVar[Any] = None  # what validate/peer_calibration.py fits of its costs (sim.engines.measured.Fitting)
 

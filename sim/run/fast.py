@@ -43,7 +43,7 @@ def evaluate(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots:
     found, hits, misses = cache_found(sch)
     c_start, c_end, ready = _recurrence(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src,
                                         d, blocking, lat, cold, warm, sch.startup_s, sch.on_cpu, sch.compute_s,
-                                        sch.overhead_s, float(sch.contention), sch.link_at_s)
+                                        sch.overhead_s, float(sch.contention), sch.link_at_s, sch.gpu)
     return FastResult(c_start, c_end, ready, hits, misses)
 
 
@@ -78,21 +78,23 @@ except ImportError:  # pragma: no cover - numba is a dependency; the plain funct
 
 
 def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf, pin_src, vram_src, d, blocking,
-                   lat, cold, warm, startup, on_cpu, work_s, over_s, contention, link_at):
+                   lat, cold, warm, startup, on_cpu, work_s, over_s, contention, link_at, gpu):
     """The pipeline as a max-plus recurrence, item by item (compiled by numba when it is installed). `comp_s`: an
     item's time on its compute lane (the engine's overhead, then its compute). Loads are laid out in load order
     through the reader, unpacker and copier lanes, each one before its item's compute; with `contention` != 1 a CPU
     item's compute (`work_s`, after `over_s`) slows while copies run, and an item that needs the link `link_at`
     seconds into its compute waits there for the copier (sim.run.pipeline), so for both first every load already fixed
     when it starts is laid out (`_known`): the copies among them set its end (`_contended`), or the copier's end
-    after them its wait. One code path lays out a load (numba passes arrays to a called function at a
+    after them its wait. Each GPU (`gpu`, the item's) has its own copier lane; the reader and the unpacker are the
+    host's, one each. One code path lays out a load (numba passes arrays to a called function at a
     reference-count cost per call)."""
     n = len(load)
     c_start = np.zeros(n)
     c_end = np.zeros(n)
     ready = np.zeros(n)
     copy_start = np.zeros(n)
-    reader_free = unpack_free = copier_free = 0.0
+    reader_free = unpack_free = 0.0
+    copier = np.zeros(gpu.max() + 1 if n else 1)  # each GPU's copier: free from then
     loads = np.flatnonzero(load)
     n_loads = len(loads)
     done = 0                         # loads[:done] are laid out
@@ -140,8 +142,8 @@ def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf
                     t = unpack_free
                 t += u
                 unpack_free = t
-            if copier_free > t:              # the copier takes every load in order
-                t = copier_free
+            if copier[gpu[j]] > t:           # its GPU's copier takes that GPU's loads in order
+                t = copier[gpu[j]]
             if load[j] == GPU_LOAD:
                 if blocking[j] and prev_end > t:
                     t = prev_end
@@ -150,7 +152,7 @@ def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf
                     t = c_end[k]
                 copy_start[j] = t
                 t += copy_s[j]
-            copier_free = t
+            copier[gpu[j]] = t
             ready[j] = t
             done += 1
         if not started:
@@ -162,8 +164,8 @@ def _recurrence_py(load, host, read_b, found, unpack_s, copy_s, comp_s, gate, pf
                                   copy_start, ready)
         elif linked:                         # the link is free once the copies queued before it are done
             t = c_start[i] + over_s[i] + link_at[i]
-            if copier_free > t:
-                t = copier_free
+            if copier[gpu[i]] > t:
+                t = copier[gpu[i]]
             prev_end = t + work_s[i] - link_at[i]
         else:
             prev_end = c_start[i] + comp_s[i]
@@ -180,5 +182,5 @@ else:  # pragma: no cover
 def warm_up() -> None:
     """Compile (or load from numba's cache) the recurrence now, so a caller's time budget is spent on work."""
     i, b, f = np.zeros(1, np.int64), np.zeros(1, np.bool_), np.zeros(1)
-    _recurrence(i, b, f, f, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0, 0.0, b, f, f, 2.0, f - 1)
+    _recurrence(i, b, f, f, f, f, f, i - 1, i - 1, i - 1, i - 1, 1, b, 0.0, 1.0, 1.0, 0.0, b, f, f, 2.0, f - 1, i)
     PageCache(1.0, [(0, 1.0, True)]).read_many(i, f + 2.0)

@@ -14,7 +14,7 @@ GPU_LOAD, CPU_READ = 1, 2
 COLUMNS = {"unit": np.int64, "step": np.int64, "on_cpu": np.bool_, "load": np.int64, "read_bytes": np.float64,
            "unpack_s": np.float64, "copy_s": np.float64, "copy_bytes": np.float64, "compute_s": np.float64,
            "pinned_slot": np.bool_, "blocking": np.bool_, "overhead_s": np.float64, "gate": np.int64,
-           "link_at_s": np.float64, "fault_s": np.float64}
+           "link_at_s": np.float64, "fault_s": np.float64, "gpu": np.int64}
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Schedule:
     # of overhead_s, the seconds the engine's loader spends faulting the item's weights in from disk (AirLLM's cold
     # reads: airllm_cold_waits); the timeline records them as a cold read on the storage lane
     fault_s: list[float] = field(default_factory=list)
+    gpu: list[int] = field(default_factory=list)          # the GPU that computes the item and copies its load
     n_steps: int = 0
     startup_s: float = 0.0                               # no load starts before this (the engine's stage threads)
     contention: float = 1.0                              # CPU compute runs this many times slower while a copy runs
@@ -59,6 +60,8 @@ class Schedule:
 
     def finalize(self) -> "Schedule":
         """Turn the columns into numpy arrays (the fast evaluator reads them without conversion)."""
+        if len(self.gpu) == 0:  # a schedule laid out for one GPU
+            self.gpu = [0] * len(self.unit)
         for name, dtype in COLUMNS.items():
             setattr(self, name, np.asarray(getattr(self, name), dtype=dtype))
         return self

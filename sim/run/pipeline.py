@@ -44,18 +44,29 @@ def _round_robin(items: np.ndarray, slots: int, n: int) -> np.ndarray:
     return src
 
 
+def _per_gpu(items: np.ndarray, slots: int, n: int, gpu: np.ndarray) -> np.ndarray:
+    """_round_robin over each GPU's own items: every GPU has its own slots and prefetch window."""
+    if len(items) == 0 or not gpu[items].any():
+        return _round_robin(items, slots, n)
+    src = np.full(n, -1)
+    for g in np.unique(gpu[items]).tolist():
+        mine = items[gpu[items] == g]
+        src = np.maximum(src, _round_robin(mine, slots, n))
+    return src
+
+
 def rules(sch: Schedule, prefetch_depth: int, overlap_copy: bool, vram_slots: int, pinned_slots: int) -> Rules:
     n = len(sch)
     loads = np.flatnonzero(sch.load)
     window, after = np.full(n, -1), np.full(n, -1)
     if prefetch_depth >= 1:
-        window = _round_robin(loads, prefetch_depth, n)
+        window = _per_gpu(loads, prefetch_depth, n, sch.gpu)
     else:
         after[loads[loads > 0]] = loads[loads > 0] - 1
     blocking = sch.blocking if overlap_copy else (sch.load == GPU_LOAD)
     return Rules(loads=loads, window=window, after=after,
                  pin_from=_round_robin(np.flatnonzero(sch.pinned_slot), max(pinned_slots, 1), n),
-                 vram_from=_round_robin(np.flatnonzero(sch.load == GPU_LOAD), vram_slots, n),
+                 vram_from=_per_gpu(np.flatnonzero(sch.load == GPU_LOAD), vram_slots, n, sch.gpu),
                  blocking=np.asarray(blocking, dtype=np.bool_))
 
 

@@ -44,6 +44,7 @@ def build_schedule(model: ModelShape, machine: MachineSpec, plan: Plan, w: Workl
         moe_steps(sch, rows, row, compute_time, model, plan, w, shape_of)
     sch.link_at_s = np.full(len(sch.unit), -1.0)
     sch.fault_s = np.zeros(len(sch.unit))
+    sch.gpu = np.zeros(len(sch.unit), dtype=np.int64)
     sch.finalize()
     if w.warm:
         sch.warm_keys = warm_contents(sch)

@@ -12,7 +12,7 @@ from sim.costs.load import load_time_s
 from sim.analysis.metrics import summary
 from sim.plan import Budgets, Plan, Workload
 from sim.run.items import Schedule
-from sim.run.schedule import build_schedule
+from sim.run.placed import build_placed_schedule
 from sim.model.shapes import ModelShape
 from sim.run.timeline import Timeline
 
@@ -33,7 +33,7 @@ def _loop_args(plan: Plan) -> dict:
 
 def simulate(model: ModelShape, machine: MachineSpec, plan: Plan, workload: Workload, budgets: Budgets) -> SimResult:
     """The SimPy timeline with full event records."""
-    sch = build_schedule(model, machine, plan, workload, budgets)
+    sch = build_placed_schedule(model, machine, plan, workload, budgets)
     tl = Timeline(sch, **_loop_args(plan))
     events = tl.run()
     n = len(sch)
@@ -52,6 +52,6 @@ def simulate(model: ModelShape, machine: MachineSpec, plan: Plan, workload: Work
 
 def fast_simulate(model: ModelShape, machine: MachineSpec, plan: Plan, workload: Workload, budgets: Budgets) -> dict:
     """The fast evaluator's summary (no event records); raises fast.Unsupported for SimPy-only features."""
-    sch = build_schedule(model, machine, plan, workload, budgets)
+    sch = build_placed_schedule(model, machine, plan, workload, budgets)
     r = evaluate(sch, **_loop_args(plan))
     return summary(sch, r.c_start, r.c_end, sch.memory, r.cache_hits, r.cache_misses)

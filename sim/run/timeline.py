@@ -1,7 +1,7 @@
 """The SimPy timeline: read, unpack, copy and compute per unit with prefetch, staging slots and the page cache.
 
 Resources: the storage queue (`reader_threads` reads at once), unpack workers (one decode at a time using all
-threads), the host-to-device copy engine, the GPU stream and the CPU. VRAM slots are a Container; a pinned staging
+threads), each GPU's host-to-device copy engine, the GPU stream and the CPU. Each GPU's VRAM slots are a Container; a pinned staging
 slot is the one freed by the copy the rules name (`pin_from`, round robin in item order), so parallel readers cannot
 take slots out of order. The host's memory is shared: while the copy engine runs, CPU compute progresses at
 1 / `contention` of its speed (`HostMemory`; calibrate measures the factor as a CPU layer's time beside copies).
@@ -58,11 +58,12 @@ class Timeline:
         self.storage = simpy.Resource(env, capacity=reader_threads)
         self.readers = reader_threads
         self.unpacker = simpy.Resource(env, capacity=1)
-        self.copy_engine = simpy.Resource(env, capacity=1)
+        gpus = int(max(sch.gpu.max(initial=0), 0)) + 1
+        self.copy_engines = [simpy.Resource(env, capacity=1) for _ in range(gpus)]
         self.gpu = simpy.Resource(env, capacity=1)
         self.cpu = simpy.Resource(env, capacity=1)
         self.host_memory = HostMemory(env, sch.contention) if sch.contention != 1.0 else None
-        self.vram_slots = simpy.Container(env, capacity=vram_slots, init=vram_slots)
+        self.vram_slots = [simpy.Container(env, capacity=vram_slots, init=vram_slots) for _ in range(gpus)]
         self.cache = PageCache(sch.cache_capacity_bytes, sch.warm_keys)
         sch = self.sch
         n = len(sch.unit)
@@ -132,9 +133,12 @@ class Timeline:
                 self.record(i, "unpack", "unpack", t0, s.copy_bytes[i])
             self.unpack_done[i].succeed()
 
-    def copier(self):
+    def copier(self, g: int):
+        """GPU g's copy engine: its loads in order."""
         s = self.sch
         for k, i in enumerate(self.loads):
+            if s.gpu[i] != g:
+                continue
             if s.unpack_s[i] > 0:
                 yield self.unpack_done[i]
             elif i in self.read_done:
@@ -146,8 +150,8 @@ class Timeline:
                 continue
             if self.blocking[i] and i > 0:
                 yield self.c_end[i - 1]
-            yield self.vram_slots.get(1)
-            with self.copy_engine.request() as req:
+            yield self.vram_slots[g].get(1)
+            with self.copy_engines[g].request() as req:
                 yield req
                 t0 = self.env.now
                 if self.host_memory is not None:
@@ -155,7 +159,7 @@ class Timeline:
                 yield self.env.timeout(s.copy_s[i])
                 if self.host_memory is not None:
                     self.host_memory.set_busy(False)
-                self.record(i, "copy", "copy", t0, s.copy_bytes[i])
+                self.record(i, "copy", "copy" if g == 0 else f"copy{g}", t0, s.copy_bytes[i])  # each GPU's own
             self.ready[i].succeed()
 
     def compute(self):
@@ -189,7 +193,7 @@ class Timeline:
                     yield self.env.timeout(s.compute_s[i])
                 self.record(i, "compute", dev, t0)
             if s.load[i] == GPU_LOAD:
-                yield self.vram_slots.put(1)
+                yield self.vram_slots[s.gpu[i]].put(1)
             self.c_end[i].succeed()
 
     def run(self) -> list[Event]:
@@ -201,7 +205,8 @@ class Timeline:
             queue.put(None)
             self.env.process(self.reader(queue))
         self.env.process(self.unpack())
-        self.env.process(self.copier())
+        for g in range(len(self.copy_engines)):
+            self.env.process(self.copier(g))
         self.env.process(self.compute())
         self.env.run()
         return self.events

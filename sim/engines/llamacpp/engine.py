@@ -34,6 +34,7 @@ class LlamacppEngine(Engine):
     exports = True
     export_form = "llama.cpp -ngl/-ot arguments"
     computes_rest_on_cpu = True
+    kv_homes = ("vram", "cpu")  # -nkvo: the cache in RAM, attention on the CPU
     default_placement = "its default --fit placement (as many layers on the GPU as fit)"
 
     def costs_for(self, machine):

@@ -28,6 +28,7 @@ class OffloadsimEngine(Engine):
     policy_rank = 4
     pricing_class = OffloadsimPricing
     plans_itself = True
+    kv_homes = ("vram", "pinned", "pageable")  # a cache in RAM copied to the GPU per step (validate/stream_run.py)
 
     def policies(self) -> dict:
         return {"stream": stream, "resident": resident}
