@@ -45,7 +45,7 @@ def cases() -> list[list[str]]:
                              ("mixtral-8x7b", "10GiB", "40GiB")):
         for policy in ("stream", "accelerate", "llamacpp", "airllm"):
             out.append(["simulate", model, "--machine", "desktop-4090", "--policy", policy, "--vram", vram,
-                        "--ram", ram, "--new-tokens", "5", "--json"])
+                        "--ram-budget", ram, "--new-tokens", "5", "--json"])
     # plan: every engine, budgets, workloads, exports
     plan_cases = (("qwen3-14b", "rtx3080-laptop", "4GiB", []), ("qwen3-14b", "rtx3080-laptop", "6GiB", ["--warm"]),
                   ("llama-3.1-8b", "t4-cloud", "6GiB", ["--batch", "4"]),
