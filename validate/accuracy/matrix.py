@@ -39,15 +39,18 @@ def family_of(run: dict) -> str:
 
 
 def run_inputs(entry: dict, run: dict) -> tuple:
-    """(shape, machine, plan, workload, budgets) of a recorded run, the budgets widened to the VRAM offloadsim's
-    engine needed for the plan (a plan of the memory model of its day that today's refuses ran with what it took)."""
+    """(shape, machine, plan, workload, budgets) of a recorded run, the plan priced as offloadsim's engine (the engine
+    that ran it), the budgets widened to the VRAM that engine needed for the plan (a plan of the memory model of its
+    day that today's refuses ran with what it took)."""
     machine = profile_machine(entry["profile"]["machine"])
     shape = ModelShape.model_validate(entry["shape"])
     plan, budgets = Plan.model_validate(run["plan"]), Budgets.model_validate(run["budgets"])
     w = Workload.model_validate(run["workload"]).model_copy(update={"warm": not run["cold"]})
-    need = memory_use(shape, plan.model_copy(update={"engine": "offloadsim"}), w, budgets).vram_bytes
-    room = max(budgets.vram_bytes, need, memory_use(shape, plan, w, budgets).vram_bytes)
-    return shape, machine, plan, w, budgets.model_copy(update={"vram_bytes": room})
+    # every matrix run executed on offloadsim's engine: a llama.cpp-like placement recorded with engine 'llamacpp' too
+    ran = plan.model_copy(update={"engine": "offloadsim"})
+    room = max(budgets.vram_bytes, memory_use(shape, ran, w, budgets).vram_bytes,
+               memory_use(shape, plan, w, budgets).vram_bytes)
+    return shape, machine, ran, w, budgets.model_copy(update={"vram_bytes": room})
 
 
 def executed(events) -> set[tuple]:
