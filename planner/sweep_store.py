@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from hwmodels.files import json_text
 from hwmodels.units import InputError
 from planner.sweep import Sweep, index_of
 
@@ -68,5 +69,5 @@ def _drop_partial_line(path: Path) -> None:
 
 def append(f: IO[str], rows: list[dict]) -> None:
     """Rows written and flushed as one chunk completes."""
-    f.write("".join(json.dumps(r, default=float) + "\n" for r in rows))
+    f.write("".join(json_text(r, indent=None) + "\n" for r in rows))  # valid JSON: no NaN or Infinity
     f.flush()
