@@ -57,9 +57,12 @@ def predictor(record: Path, doc: dict):
 
     def predict(case: dict) -> dict:
         p, wl = case["plan"], dict(zip(case["workload"][::2], case["workload"][1::2]))
-        plan = Plan(model=p["model"], machine=p["machine"], policy="planner", prefetch_depth=p["prefetch_depth"],
-                    vram_slots=p["vram_slots"], pinned_slots=p["pinned_slots"],
-                    placements=[Placement(unit=x["unit"], tier=x["tier"], compute=x["compute"]) for x in p["layers"]])
+        # the plan file where the record keeps it; older records: rebuilt from plan's report (no codec, no offload
+        # threshold: none of their plans had either)
+        plan = Plan.model_validate(case["plan_file"]) if case.get("plan_file") else \
+            Plan(model=p["model"], machine=p["machine"], policy="planner", prefetch_depth=p["prefetch_depth"],
+                 vram_slots=p["vram_slots"], pinned_slots=p["pinned_slots"],
+                 placements=[Placement(unit=x["unit"], tier=x["tier"], compute=x["compute"]) for x in p["layers"]])
         w = Workload(batch=int(wl["--batch"]), prompt_tokens=int(wl["--prompt-tokens"]),
                      new_tokens=int(doc.get("new_tokens", 8)), warm=not case["cold"])
         vram = dict(zip(case["budget"][::2], case["budget"][1::2]))["--vram"]

@@ -44,8 +44,9 @@ class ComputeGrid(_Spec):
     decode_s: tuple[tuple[PositiveFloat, ...], ...] = Field(description="Seconds per unit, [batch][context].")
     long_prompts: tuple[PositiveInt, ...] = Field(
         default=(), description="Longer prompts timed at batch 1 alone, ascending, each past the last prefill_tokens "
-                                "(CPU grids): a record to check the price of a long prompt against; not priced from, "
-                                "since one long-prompt point drifts with the host by as much as the attention it adds.")
+                                "(CPU grids of the calibrations in lab/data/heldout/heldout-w3072-*.profile.json; "
+                                "calibrate no longer times them): not priced from, since one long-prompt point "
+                                "drifts with the host by as much as the attention it adds.")
     long_prefill_s: tuple[PositiveFloat, ...] = Field(default=(), description="Seconds per unit for long_prompts.")
     spread: NonNegativeFloat | None = Field(
         default=None, description="When the grid is the median of repeated rounds: the median over its points of "

@@ -30,10 +30,8 @@ from validate.engine_calibration import stage_speeds, stream_overheads
 # the CPU grid a full calibration times: decode and prefill for 1-32 sequences (the planner's batches), prompts to 256
 # tokens, so a prefill step of up to 32 x 256 = 8192 tokens is measured (a longer prompt is read as more sequences of
 # 256, sim/costs/compute.py), not extrapolated from 64-token steps that are still bound by memory and overheads;
-# the decode axis reaches 4096 cached tokens (12 decode samples a point: CPU times vary); one sequence of 1024 and of
-# 2048 tokens measures the attention of a long prompt, which more sequences of 256 tokens lack
-CPU_GRID = dict(batches=(1, 4, 16, 32), prompts=(16, 64, 256), layers=3, new_tokens=5, contexts=(1024, 4096),
-                long_prompts=(1024, 2048))
+# the decode axis reaches 4096 cached tokens (12 decode samples a point: CPU times vary)
+CPU_GRID = dict(batches=(1, 4, 16, 32), prompts=(16, 64, 256), layers=3, new_tokens=5, contexts=(1024, 4096))
 
 
 def _measure(base: str, folder: Path, config: dict, quick: bool, cuda: bool, eager: bool = True,

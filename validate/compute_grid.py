@@ -86,16 +86,14 @@ def unit_times(events, kinds: dict[str, str]) -> dict[tuple[int, str], list[floa
 
 def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4, 16), prompts=(32, 512, 2048),
                   layers: int = 3, new_tokens: int = 5, progress=None, graphs: bool = True,
-                  memory: str = "pageable", contexts: tuple[int, ...] = (),
-                  long_prompts: tuple[int, ...] = ()) -> list[ComputeGrid]:
+                  memory: str = "pageable", contexts: tuple[int, ...] = ()) -> list[ComputeGrid]:
     """Grids for embedding, decoder and head of `config`'s architecture on `device` ('gpu' or 'cpu'), launched as
     CUDA graphs per unit (`graphs`, as offloadsim's engine runs on a GPU) or eagerly (as the peers run). On the CPU
     the weights sit in `memory` ('pageable' or 'pinned' RAM: on the H200 host a CPU layer read pinned weights up to
     30% faster, lab/journal/validation.md). `contexts` (CPU with a GPU only): longer prompts whose decode steps extend the
     decode axis, their prefill multiplied on the GPU as the engine does for a big step, so a long cache costs
     seconds, not the minutes a CPU prefill of it would (the CPU's attention over a long cache was unmeasured and
-    cost a Qwen3-8B layer 4x its short-context time, lab/data/validation/matrix/matrix-m.json). `long_prompts` (CPU):
-    prompts longer than the grid's, timed at batch 1 alone, whose attention more sequences of a short prompt lack."""
+    cost a Qwen3-8B layer 4x its short-context time, lab/data/validation/matrix/matrix-m.json)."""
     if contexts and min(contexts) <= max(batches):
         raise ValueError(f"contexts: {min(contexts)} must exceed the largest batch {max(batches)} (the prompt "
                          "offloads, the decode steps stay on the CPU); give longer contexts.")
@@ -131,13 +129,6 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
                 dec[k][bi, pi] = float(np.median([t for s in range(1, new_tokens) for t in times[(s, k)]]))
             if progress:
                 progress(f"{device} {dispatch}{' pinned' if pinned else ''} b{b} p{p}")
-    longs = {k: [] for k in KINDS}
-    for p in (long_prompts if on_cpu else ()):
-        times = unit_times(engine.run(Workload(batch=1, prompt_tokens=p, new_tokens=2)).events, kinds)
-        for k in KINDS:
-            longs[k].append(float(np.median(times[(0, k)])))
-        if progress:
-            progress(f"{device} {dispatch}{' pinned' if pinned else ''} b1 p{p}")
     where = f", weights in {'pinned' if pinned else 'pageable'} RAM" if on_cpu else ""
     src = (f"[M] offloadsim calibrate on {platform.node()}, {datetime.date.today()}: engine run of a {layers}-layer "
            f"copy, per-unit end-to-end gaps ({dispatch}{where}), median over layers and steps; torch {torch.__version__}")
@@ -151,7 +142,6 @@ def measure_grids(config: dict, machine: MachineSpec, device: str, batches=(1, 4
                                prefill_tokens=tuple(prompts), prefill_s=tuple(map(tuple, pre[u.kind].tolist())),
                                decode_context=tuple(p + new_tokens - 1 for p in prompts + contexts),
                                decode_s=tuple(map(tuple, dec[u.kind].tolist())),
-                               long_prompts=tuple(long_prompts) if on_cpu else (), long_prefill_s=tuple(longs[u.kind]),
                                source=src))
     return out
 
@@ -170,9 +160,7 @@ def median_grids(rounds: list[list[ComputeGrid]]) -> list[ComputeGrid]:
         dec = np.array([g.decode_s for g in same])
         both = np.concatenate([pre.reshape(len(same), -1), dec.reshape(len(same), -1)], axis=1)
         spread = float(np.median((both.max(0) - both.min(0)) / np.median(both, 0)))
-        longs = np.array([g.long_prefill_s for g in same]).reshape(len(same), -1)
         out.append(first.model_copy(update={
-            "long_prefill_s": tuple(np.median(longs, 0).tolist()),
             "prefill_s": tuple(map(tuple, np.median(pre, 0).tolist())),
             "decode_s": tuple(map(tuple, np.median(dec, 0).tolist())), "spread": spread,
             "source": f"{first.source}; median of {len(same)} interleaved rounds (spread {spread:.1%})"}))

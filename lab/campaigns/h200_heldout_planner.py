@@ -107,7 +107,8 @@ def main() -> int:
         p = cli("plan", str(ck), "--machine", machine, *budget, *wl, "--new-tokens", args.new_tokens,
                 "--out", str(plan_path), "--json")
         case = {"label": label, "budget": budget, "workload": wl, "cold": cold, "plan_rc": p.returncode,
-                "plan": json.loads(p.stdout) if p.returncode == 0 else p.stderr[-400:], "runs": []}
+                "plan": json.loads(p.stdout) if p.returncode == 0 else p.stderr[-400:], "runs": [],
+                "plan_file": json.loads(plan_path.read_text()) if p.returncode == 0 else None}
         for r in range(args.repeats):
             if p.returncode or time.perf_counter() - T0 > args.budget_s:
                 break
