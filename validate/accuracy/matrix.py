@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.costs.memory import memory_use
+from sim.engines import own_engine
 from sim.model.shapes import ModelShape
 from sim.plan import Budgets, Plan, Workload
 from sim.run.simulate import simulate
@@ -47,7 +48,7 @@ def run_inputs(entry: dict, run: dict) -> tuple:
     plan, budgets = Plan.model_validate(run["plan"]), Budgets.model_validate(run["budgets"])
     w = Workload.model_validate(run["workload"]).model_copy(update={"warm": not run["cold"]})
     # every matrix run executed on offloadsim's engine: a llama.cpp-like placement recorded with engine 'llamacpp' too
-    ran = plan.model_copy(update={"engine": "offloadsim"})
+    ran = plan.model_copy(update={"engine": own_engine()})
     room = max(budgets.vram_bytes, memory_use(shape, ran, w, budgets).vram_bytes,
                memory_use(shape, plan, w, budgets).vram_bytes)
     return shape, machine, ran, w, budgets.model_copy(update={"vram_bytes": room})
